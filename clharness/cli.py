@@ -24,6 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--scorecard", metavar="PATH", help="also write the scorecard (.md/.json/.csv)")
     run.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                      help="import MODULE as a clharness plugin")
+    run.add_argument("--results", metavar="PATH", help="SQLite results store (default: .clharness/results.sqlite)")
+    run.add_argument("--fresh", action="store_true", help="rerun every case, even those already stored")
+    run.add_argument("--compare", metavar="SCORECARD.json", help="regression gates against a saved scorecard")
+    run.add_argument("--max-drop", action="append", default=[], metavar="METRIC=VALUE",
+                     help="allowed drop against --compare (repeatable; default: final_acc=0.02)")
     run.add_argument("-n", "--workers", metavar="N", help="pytest-xdist worker processes (e.g. 2 or auto)")
     run.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments, after --")
 
@@ -32,12 +37,12 @@ def main(argv: list[str] | None = None) -> int:
                      help="import MODULE as a clharness plugin")
 
     rep = sub.add_parser("report", help="scorecard tables of a results store; --html for a page with plots",
-                         description="Prints the scorecard (mean and 95%% CI over seeds) of every suite, "
+                         description="Prints the scorecard (mean and 95% CI over seeds) of every suite, "
                                      "scenario and method in RESULTS; --html also writes one self-contained "
                                      "page with accuracy-matrix heatmaps, accuracy over tasks and method radars.")
     rep.add_argument("results", metavar="RESULTS", help="the SQLite results store (--clh-results)")
     rep.add_argument("--format", default="md", choices=["md", "github", "latex", "csv", "json"],
-                     help="text format on stdout (default: md, a GitHub pipe table)")
+                     help="text format on stdout (default: md, a Markdown pipe table with alignment colons; github: GitHub's flavour without them)")
     rep.add_argument("--columns", action="append", default=[], metavar="COL[,COL...]",
                      help="metric columns (repeatable or comma-separated; default: "
                           "final_acc,avg_inc_acc,forgetting,bwt, the kinds' own metrics, train_seconds,memory_mb)")
@@ -95,6 +100,14 @@ def run_suites(args: argparse.Namespace) -> int:
         pytest_args.append("--clh-quick")
     if args.scorecard:
         pytest_args += ["--clh-scorecard", args.scorecard]
+    if args.results:
+        pytest_args += ["--clh-results", args.results]
+    if args.fresh:
+        pytest_args.append("--clh-fresh")
+    if args.compare:
+        pytest_args += ["--clh-compare", args.compare]
+    for drop in args.max_drop:
+        pytest_args += ["--clh-max-drop", drop]
     if args.workers:
         pytest_args += ["-n", args.workers]
     extra = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args

@@ -8,7 +8,11 @@ packages, the reference methods included), modules named by ``-p``/``--clh-plugi
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
+import os
+import sys
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -48,11 +52,7 @@ class Harness:
 
     def register(self, plugin: str | ModuleType | Any, source: str | None = None) -> None:
         if isinstance(plugin, str):
-            try:
-                plugin = importlib.import_module(plugin)
-            except ImportError as exc:
-                raise ImportError(f"clharness plugin module {plugin!r} could not be imported: {exc}. "
-                                  "Check the name given to -p/--clh-plugin and that it is on sys.path") from exc
+            plugin = import_plugin(plugin)
         if self.pm.is_registered(plugin):
             return
         self.pm.register(plugin, name=source or _describe(plugin))
@@ -91,6 +91,49 @@ class Harness:
 
     def run_finished(self, record) -> None:
         self.pm.hook.clharness_run_finished(record=record)
+
+
+def import_plugin(spec: str) -> ModuleType:
+    """A plugin named by -p/--clh-plugin: a path to a ``.py`` file, or a module name importable from
+    sys.path or from the current directory. The ``pytest`` and ``clharness`` console scripts do not put
+    the current directory on sys.path (``python -m`` does), so a method file next to the user is found
+    here rather than failing with "No module named ..."."""
+    path = Path(spec)
+    if spec.endswith(".py") or os.sep in spec or (os.altsep and os.altsep in spec):
+        if not path.is_file():
+            raise ImportError(f"clharness plugin file {spec!r} does not exist (cwd {Path.cwd()}); "
+                              "give -p/--clh-plugin a path to a .py file or an importable module name")
+        return _import_file(path.resolve())
+    try:
+        return importlib.import_module(spec)
+    except ModuleNotFoundError as exc:
+        top = spec.split(".")[0]
+        local = Path.cwd() / top
+        if exc.name != top or not ((local.with_suffix(".py")).is_file() or (local / "__init__.py").is_file()):
+            raise ImportError(f"clharness plugin module {spec!r} could not be imported: {exc}. Give "
+                              "-p/--clh-plugin an importable module name, a module in the current directory "
+                              "or a path to a .py file") from exc
+    if str(Path.cwd()) not in sys.path:
+        sys.path.append(str(Path.cwd()))   # as `python -m` would have it, behind the installed packages
+    return importlib.import_module(spec)
+
+
+def _import_file(path: Path) -> ModuleType:
+    name = path.stem
+    loaded = sys.modules.get(name)
+    if loaded is not None and getattr(loaded, "__file__", None) and Path(loaded.__file__).resolve() == path:
+        return loaded
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"clharness plugin file {str(path)!r} is not a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module   # so pickling and later imports by name find the same module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def _describe(plugin: Any) -> str:

@@ -69,6 +69,11 @@ def pytest_configure(config: pytest.Config) -> None:
             clh.store.check_writable()
         except StoreError as exc:
             raise pytest.UsageError(str(exc)) from None
+        if config.getoption("clh_device") not in ("auto", "cpu"):
+            try:   # an unusable device fails up front, even when every run is stored and none trains
+                clh.device
+            except RuntimeError as exc:
+                raise pytest.UsageError(str(exc)) from None
 
 
 def _pin_xdist_worker(config: pytest.Config) -> None:

@@ -14,8 +14,9 @@ from .metrics import METRIC_INFO
 from .results import _SQLITE_MAGIC, ResultsStore, RunRecord
 from .scorecard import _FIELDS, COLUMNS, rank_agreement, render, render_agreement, summarize
 
-# --format -> tabulate format; csv and json come from the pandas summary instead.
-FORMATS = {"md": "github", "github": "github", "latex": "latex_booktabs", "csv": None, "json": None}
+# --format -> tabulate format (md: a plain Markdown pipe table with alignment colons; github: GitHub's
+# flavour, no colons); csv and json come from the pandas summary instead.
+FORMATS = {"md": "pipe", "github": "github", "latex": "latex_booktabs", "csv": None, "json": None}
 
 
 class ReportError(ValueError):

@@ -34,9 +34,14 @@ def test_deterministic_from_seed():
     assert not torch.equal(make(seed=3).load(None, False).images[:50], a.images[:50])   # splits differ
 
 
-@pytest.mark.parametrize("bad", [{"similarity": 1.5}, {"channels": 2}, {"noise": -1}, {"colour": 1}])
-def test_rejects_bad_options(bad):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("bad, message", [
+    ({"similarity": 1.5}, r"similarity must be in \[0, 1\], got 1.5"),
+    ({"channels": 2}, "channels must be 1 or 3, got 2"),
+    ({"noise": -1}, "noise non-negative"),
+    ({"colour": 1}, r"unknown option\(s\) \['colour'\]; allowed: \['channels',"),
+])
+def test_rejects_bad_options(bad, message):
+    with pytest.raises(ValueError, match=message):
         make(**bad)
 
 

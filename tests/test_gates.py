@@ -1,5 +1,6 @@
 """Gates: verdicts on seed means, as pytest items that run after the cases they judge."""
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -122,7 +123,8 @@ def test_k_selects_gates_which_judge_stored_records(judged):
 
 
 def test_gates_wait_for_cases_on_other_xdist_workers(judged, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(HERE))
+    # the checkout under test first (not an installed clharness), then tests/ for plugin_methods
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE.parent), str(HERE)]))
     result = judged.runpytest_subprocess("judged.toml", "-p", "plugin_methods", "-n", "2", "-k", "tiny and not ci/ and not raiser")
     result.assert_outcomes(passed=3)
 

@@ -37,7 +37,7 @@ def installed_plugin(tmp_path):
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: shipped-method\nVersion: 1.2\n")
     (info / "entry_points.txt").write_text("[clharness]\nshipped = shipped_method\n")
-    return {**os.environ, "PYTHONPATH": str(tmp_path)}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), str(tmp_path)])}
 
 
 def test_entry_point_plugin_is_listed_with_its_source(installed_plugin):

@@ -1,5 +1,6 @@
 """The pytest plugin end to end: suites collected as cases, ids, selection, failures, scorecards."""
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -182,7 +183,8 @@ def test_name_clash_between_plugins_names_both_sources(pytester):
 
 
 def test_xdist_runs_cases_in_parallel(pytester, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(HERE))   # the workers import plugin_methods too
+    # the workers import plugin_methods too, and this checkout's clharness, not an installed one
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(HERE)]))
     pytester.makefile(".toml", mini=MINI)
     result = pytester.runpytest_subprocess("-p", "plugin_methods", "mini.toml", "--clh-method", "tiny", "-n", "2")
     result.assert_outcomes(passed=4)

@@ -112,7 +112,7 @@ def test_a_directory_as_store_path_is_a_clear_error(pytester, tmp_path):
 
 
 def _session(tmp_path, store, *extra):
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)])}   # this checkout first
     return subprocess.Popen([sys.executable, "-m", "pytest", "slow.toml", "-p", "plugin_methods", "-p",
                              "no:cacheprovider", "--clh-method", "tiny", "--clh-results", str(store), "-q", *extra],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
