@@ -37,14 +37,18 @@ class _Buffer(abc.ABC):
             self.x = torch.empty((self.capacity, *x.shape[1:]), dtype=x.dtype, device=x.device)
             self.y = torch.empty((self.capacity,), dtype=y.dtype, device=y.device)
 
-    def add(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        """Offer a batch to the buffer, row by row in order; ``_place`` is the policy."""
+    def add(self, x: torch.Tensor, y: torch.Tensor) -> dict[int, int]:
+        """Offer a batch to the buffer, row by row in order; ``_place`` is the policy. Returns
+        slot -> batch row of the rows stored, so a caller can keep per-slot extras in parallel
+        tensors (DER++'s logits)."""
         labels = y.tolist()
         if self.capacity == 0 or not labels:
             self.seen += len(labels)
-            return
+            return {}
         self._allocate(x, y)
-        self._write(x, y, self._place(labels))
+        writes = self._place(labels)
+        self._write(x, y, writes)
+        return writes
 
     @abc.abstractmethod
     def _place(self, labels: list[int]) -> dict[int, int]:

@@ -1,0 +1,99 @@
+"""DER++, Dark Experience Replay++ (Buzzega et al. 2020, "Dark experience for general continual
+learning: a strong, simple baseline", NeurIPS; reference: aimagelab/mammoth ``models/derpp.py``).
+
+A reservoir memory keeps, for every stored sample, the logits the network produced for it in the
+step the sample entered the memory ("dark knowledge" sampled along the optimisation trajectory).
+Each step minimises (the DER++ objective, paper section 3, eq. 6; DER is eq. 4 without the last term)
+
+    CE(f(x), y)  +  alpha * MSE(h(x'), z')  +  beta * CE(f(x''), y'')
+
+with (x, y) the stream batch, (x', z') and (x'', y'') two independent memory minibatches of the
+stream batch's size (mammoth's ``minibatch_size``), z' the stored logits. After the step the stream
+batch is offered to the memory with the logits of that same forward pass (Algorithm 1). Samples
+are offered at every step, also in later epochs of an offline task (as mammoth does).
+
+Defaults: mammoth's best arguments for Seq-CIFAR-10 with 200 exemplars (CLS-ER's
+``utils/best_args.py`` copy of them; the quickstart is 5 tasks x 2 classes with 200 exemplars):
+SGD, lr 0.03, alpha 0.1, beta 0.5.
+
+Deliberate differences from the reference:
+- no separate augmented/non-augmented views: the memory stores the batch the step trained on
+  (mammoth stores ``not_aug_inputs`` and re-augments replayed samples);
+- one backward pass over the summed loss instead of three (same gradient);
+- in task-incremental settings the CE terms compete within each sample's task (the harness's
+  ``TaskLabels`` convention); mammoth trains task-IL like class-IL and masks only at test time.
+"""
+import torch
+import torch.nn.functional as F
+
+import clharness as clh
+from clharness.buffers import ReservoirBuffer
+from clharness.training import SupervisedMethod, Trainer, optimizer_space
+
+
+class DERpp(SupervisedMethod):
+    name = "derpp"
+    settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.ONLINE})
+    hparams = {**optimizer_space(lr=0.03),
+               "alpha": clh.Float(0.0, 10.0, default=0.1),   # weight of the logit-matching MSE
+               "beta": clh.Float(0.0, 10.0, default=0.5)}    # weight of the replayed-label CE
+
+    def __init__(self, context, **hparams):
+        super().__init__(context, **hparams)
+        if context.memory_size <= 0:
+            raise clh.MethodError("derpp needs a replay memory: set memory_size > 0 in the suite")
+        # the memory: (x, y) in a reservoir, the logits in a parallel tensor (slot for slot), so
+        # memory_report counts images as uint8 and logits as fp32 statistics (CLDyB B.4)
+        self.buffer = ReservoirBuffer(context.memory_size, seed=context.seed)
+        self.buffer_logits = torch.zeros(0, context.num_classes, device=context.device)
+        self.gen = torch.Generator().manual_seed(context.seed)
+        self.trainer = None
+
+    def store(self, x, y, logits):
+        """Offer (x, y) to the reservoir; the rows it keeps get ``logits`` in the same slots."""
+        if len(self.buffer_logits) == 0:
+            self.buffer_logits = torch.zeros(self.buffer.capacity, logits.shape[1], device=logits.device)
+        writes = self.buffer.add(x, y)
+        if writes:
+            slots = torch.tensor(list(writes.keys()), device=logits.device)
+            rows = torch.tensor(list(writes.values()), device=logits.device)
+            self.buffer_logits[slots] = logits.detach().float()[rows]
+
+    def sample(self, n):
+        """``min(n, len(buffer))`` stored (x, y, logits, slots), uniformly without replacement."""
+        slots = torch.randperm(len(self.buffer), generator=self.gen)[:n].to(self.buffer_logits.device)
+        return self.buffer.x[slots], self.buffer.y[slots], self.buffer_logits[slots], slots
+
+    def derpp_loss(self, logits, y):
+        """The DER++ objective (eq. 6) given the stream batch's logits."""
+        loss = self.cross_entropy(logits, y)
+        if len(self.buffer):
+            x1, _, z1, _ = self.sample(len(y))
+            loss = loss + self.hp["alpha"] * F.mse_loss(self.model(x1).float(), z1)
+            x2, y2, _, _ = self.sample(len(y))
+            loss = loss + self.hp["beta"] * self.cross_entropy(self.model(x2), y2)
+        return loss
+
+    def step(self, x, y):
+        """One optimisation step, then the stream batch enters the reservoir with its logits."""
+        seen = {}
+
+        def loss_fn(x, y):
+            logits = self.model(x)
+            seen["logits"] = logits.detach()
+            return self.derpp_loss(logits, y)
+
+        self.model.train()
+        self.trainer.step(loss_fn, x, y)
+        self.store(x, y, seen["logits"])
+
+    def learn(self, experience):
+        self.labels.add(experience)
+        self.trainer = Trainer.for_method(self)
+        for x, y in experience.batches(epochs=self.context.epochs):
+            self.step(x, y)
+        self.trainer.check()
+
+    def observe(self, batch):
+        self.trainer = self.trainer or Trainer.for_method(self)
+        self.step(batch.x, batch.y)
