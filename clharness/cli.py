@@ -115,11 +115,21 @@ def run_suites(args: argparse.Namespace) -> int:
 
 
 def list_registered(args: argparse.Namespace) -> int:
+    from .plugins import Harness
+    from .registry import RegistryError
+
+    try:
+        return _print_registered(Harness(plugins=tuple(args.plugin)))
+    except RegistryError as exc:   # e.g. two plugins registering one name: one line, no traceback
+        print(f"clharness list: {exc}", file=sys.stderr)
+        return 2
+
+
+def _print_registered(harness) -> int:
     from tabulate import tabulate
 
-    from .plugins import Harness, has_hookimpls
+    from .plugins import has_hookimpls
 
-    harness = Harness(plugins=tuple(args.plugin))
     conftest = Path("conftest.py")
     if conftest.exists():   # what `pytest` here would load, `list` shows too
         spec = importlib.util.spec_from_file_location("conftest", conftest.resolve())
@@ -150,6 +160,7 @@ def list_registered(args: argparse.Namespace) -> int:
 
 
 def report_results(args: argparse.Namespace) -> int:
+    from .registry import RegistryError
     from .report import ReportError, check_columns, load_records, render_text, write_html
     from .results import StoreError
     from .scorecard import default_columns
@@ -170,7 +181,7 @@ def report_results(args: argparse.Namespace) -> int:
         if args.html:
             path = write_html(args.html, records, columns, source=str(Path(args.results).resolve()))
             print(f"wrote {path}", file=sys.stderr)   # stderr: stdout stays parseable csv/json
-    except (ReportError, StoreError, OSError) as exc:
+    except (ReportError, StoreError, OSError, RegistryError) as exc:
         print(f"clharness report: {exc}", file=sys.stderr)
         return 2
     return 0

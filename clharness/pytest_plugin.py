@@ -69,6 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
             clh.store.check_writable()
         except StoreError as exc:
             raise pytest.UsageError(str(exc)) from None
+        clh.harness   # two plugins claiming one name: a usage error now, not an INTERNALERROR later
         if config.getoption("clh_device") not in ("auto", "cpu"):
             try:   # an unusable device fails up front, even when every run is stored and none trains
                 clh.device
@@ -198,6 +199,11 @@ class ClhSession:
             for plugin, source in self._plugins:
                 harness.register(plugin, source=source)
             self._harness = harness
+        from .registry import RegistryError
+        try:   # builds the registries once (again after a late conftest): a clash is the user's to fix
+            self._harness.methods
+        except RegistryError as exc:
+            raise pytest.UsageError(str(exc)) from None
         return self._harness
 
     @property

@@ -11,6 +11,10 @@ class RegistryError(LookupError):
     """Unknown name or a name claimed by two plugins."""
 
 
+class NameClash(RegistryError):
+    """Two plugins registered the same name: a usage error (pytest exit 4, ``clharness list`` exit 2)."""
+
+
 @dataclass(frozen=True)
 class Entry(Generic[T]):
     name: str
@@ -41,8 +45,9 @@ class Registry(Generic[T]):
                                 "without spaces, brackets, commas, colons or slashes (it appears in test ids)")
         old = self._entries.get(name)
         if old is not None and old.obj is not obj:
-            raise RegistryError(f"{self.kind} {name!r} is registered twice: by {old.source} and by "
-                                f"{self.source}; rename one of them")
+            raise NameClash(f"{self.kind} {name!r} is registered twice: by {old.source} and by {self.source}. "
+                            f"Fix: rename one of them (its registry name), or uninstall one (pip uninstall its "
+                            "package, or drop its -p/--clh-plugin module or conftest.py hook)")
         self._entries[name] = Entry(name, obj, self.source)
         return obj
 

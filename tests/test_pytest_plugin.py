@@ -177,8 +177,9 @@ def test_name_clash_between_plugins_names_both_sources(pytester):
     pytester.syspathinsert(HERE)
     pytester.makefile(".toml", mini=MINI)
     result = pytester.runpytest("mini.toml", "-p", "plugin_methods", "--clh-method", "tiny")
-    out = result.stdout.str()
-    assert "method 'tiny' is registered twice: by " in out
+    assert result.ret == pytest.ExitCode.USAGE_ERROR   # a usage error, not an INTERNALERROR
+    out = result.stderr.str()
+    assert "method 'tiny' is registered twice: by " in out and "Fix: rename one of them" in out
     assert "plugin_methods" in out and "conftest" in out
 
 
