@@ -75,7 +75,13 @@ class Trainer:
 
     @classmethod
     def for_method(cls, method: Method, params: Iterable | None = None, **overrides) -> "Trainer":
-        """A trainer with the optimizer named by the method's hyperparameters (``overrides`` win)."""
+        """A trainer with the optimizer named by the method's hyperparameters (``overrides`` win).
+        On the method's first task with a suite ``first_task_train`` (GTEP Table 3), its lr, weight
+        decay, epochs, StepLR milestones and decay replace the configuration's (momentum, optimizer
+        and scheduler kind stay the configuration's; "milestones only applied when StepLR")."""
+        first = first_task_train(method)
+        if first:
+            overrides = {"lr": first["lr"], "weight_decay": first["weight_decay"], **overrides}
         hp = {**method.hp, **overrides}
         params = method.model.parameters() if params is None else params
         opt = make_optimizer(params, hp.get("optimizer", "sgd"), hp["lr"], hp.get("momentum", 0.0),
@@ -83,17 +89,21 @@ class Trainer:
         trainer = cls(method.name, opt, method.context)
         epoch_steps = getattr(getattr(method, "labels", None), "epoch_steps", 0)
         if hp.get("scheduler", "constant") != "constant" and epoch_steps:
-            trainer.schedule(hp["scheduler"], method.context.epochs, epoch_steps,
-                             hp.get("num_milestones", 2), hp.get("lr_decay", 0.1))
+            if first:
+                trainer.schedule(hp["scheduler"], first["epochs"], epoch_steps, lr_decay=first["lr_decay"],
+                                 marks=first["milestones"])
+            else:
+                trainer.schedule(hp["scheduler"], method.context.epochs, epoch_steps,
+                                 hp.get("num_milestones", 2), hp.get("lr_decay", 0.1))
         return trainer
 
     def schedule(self, kind: str, epochs: int, epoch_steps: int, num_milestones: int = 2,
-                 lr_decay: float = 0.1) -> None:
+                 lr_decay: float = 0.1, marks: list[int] | None = None) -> None:
         """Per-epoch learning-rate schedule over ``epochs`` epochs of ``epoch_steps`` steps:
-        ``steplr``: lr * lr_decay^(milestones passed), milestones by the GTEP rule;
+        ``steplr``: lr * lr_decay^(milestones passed), milestones ``marks`` or by the GTEP rule;
         ``cosine``: lr * (1 + cos(pi e / epochs)) / 2 (CosineAnnealingLR, eta_min 0)."""
         if kind == "steplr":
-            marks = milestones(epochs, num_milestones)
+            marks = list(marks) if marks is not None else milestones(epochs, num_milestones)
             factor = lambda e: lr_decay ** bisect.bisect_right(marks, e)   # noqa: E731
         elif kind == "cosine":
             factor = lambda e: 0.5 * (1 + math.cos(math.pi * min(e, epochs) / max(epochs, 1)))   # noqa: E731
@@ -124,6 +134,17 @@ class Trainer:
             self.scheduler.step()   # an epoch ended
         return loss.detach()
 
+    def step_taken(self) -> bool:
+        """Whether the last ``step`` moved the weights. Always without AMP. With AMP, GradScaler
+        unscales the gradients in place inside ``scaler.step`` and skips the optimizer step when any
+        of them is inf/NaN (then lowers the scale), so ``p.grad`` now holds the unscaled gradients
+        and the step was taken iff they are all finite. Costs one device sync; call it only when
+        needed (SI's path integral)."""
+        if not self.amp:
+            return True
+        grads = [p.grad for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
+        return bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()) if grads else True
+
     def _guard(self, loss: torch.Tensor) -> None:
         if self.device_type == "cpu":
             value = loss.item()   # free on CPU, and cheaper than an isfinite kernel
@@ -143,6 +164,15 @@ class Trainer:
     def _fail(self, value: float) -> None:
         raise Diverged(f"method {self.name!r}: non-finite loss ({value}) at or before training step "
                        f"{self.steps + 1}; try a lower learning rate")
+
+
+def first_task_train(method: Method):
+    """The suite's fixed first-task training (``Context.first_task_train``: epochs, lr, milestones,
+    lr_decay, weight_decay) while ``method`` learns its first task, else None. GTEP (appendix A.1,
+    Table 3) trains every method's first task with it and the sampled configuration from task 2."""
+    first = getattr(method.context, "first_task_train", None)
+    labels = getattr(method, "labels", None)
+    return first if first and labels is not None and len(labels.tasks) == 1 else None
 
 
 def anchored_penalty(model: torch.nn.Module, weights: dict[str, torch.Tensor],
@@ -220,9 +250,15 @@ class SupervisedMethod(Method):
         trainer.check()
         return trainer
 
+    def task_epochs(self) -> int:
+        """Epochs for the task being learned: the suite's first-task budget on the first task
+        (``first_task_train``), else ``context.epochs``."""
+        first = first_task_train(self)
+        return first["epochs"] if first else self.context.epochs
+
     def learn(self, experience: Experience) -> None:
         self.labels.add(experience)
-        self.fit(experience.batches(epochs=self.context.epochs))
+        self.fit(experience.batches(epochs=self.task_epochs()))
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor, task_id: int | None = None) -> torch.Tensor:

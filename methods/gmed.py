@@ -3,9 +3,11 @@ examples for online task-free continual learning"): experience replay that, befo
 memory minibatch, edits its examples to be more "interfered": with theta' the parameters after a
 virtual SGD step on the incoming minibatch, each memory example moves by gradient ascent on
 
-    d(x_m) = l(f_theta'(x_m), y_m) - l(f_theta(x_m), y_m) - beta * l(f_theta(x_m), y_m)
+    d(x_m) + beta * l(f_theta(x_m), y_m),   d(x_m) = l(f_theta'(x_m), y_m) - l(f_theta(x_m), y_m)
 
-(the loss increase, regularised by ``reg_strength`` beta so edits stay learnable), with stride
+(the loss increase d plus ``reg_strength`` beta times the memory example's own loss, the edit rule
+of the paper's section 3 and of the authors' code, INK-USC/GMED ``ocl/ver_approx.py``: its update
+adds ``grad_delta - reg_strength * grad_reg`` with ``grad_reg = -grad l``, i.e. + beta grad l), with stride
 alpha * (1 - edit_decay)^(times edited); the edited examples are written back to the memory and
 replayed with the incoming minibatch. Memory: reservoir sampling."""
 import torch
@@ -37,6 +39,7 @@ class TrackedClassBalanced(_TracksWrites, ClassBalancedBuffer):
 
 class GMED(ER):
     name = "gmed"
+    version = "2"   # 2: the edit ascends d + beta*loss (the authors' sign), not d - beta*loss
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.ONLINE})
     hparams = {**OPTIMIZER_SPACE, "buffer": clh.Choice(["reservoir", "class-balanced"]),
                "edit_stride": clh.Float(1e-3, 100.0, default=1.0, log=True),     # alpha
@@ -50,14 +53,14 @@ class GMED(ER):
         self.edits = torch.zeros(context.memory_size)      # times each memory slot was edited
 
     def edit(self, x, y, mx, my, ages):
-        """One gradient-ascent step on d(x_m); returns the edited memory examples."""
+        """One gradient-ascent step on d(x_m) + beta l(x_m); returns the edited memory examples."""
         current = dict(self.model.named_parameters())
         virtual = virtual_step(self.model, self.cross_entropy(forward_with(self.model, current, x), y),
                                self.hp["lr"])
         mx = mx.detach().clone().requires_grad_(True)
         before = self.cross_entropy(forward_with(self.model, {k: v.detach() for k, v in current.items()}, mx), my)
         after = self.cross_entropy(forward_with(self.model, virtual, mx), my)
-        grad, = torch.autograd.grad(after - before - self.hp["reg_strength"] * before, mx)
+        grad, = torch.autograd.grad(after - before + self.hp["reg_strength"] * before, mx)
         stride = self.hp["edit_stride"] * (1 - self.hp["edit_decay"]) ** ages
         return (mx + stride.to(mx.dtype).view(-1, *[1] * (mx.dim() - 1)) * grad).detach()
 

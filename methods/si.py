@@ -9,8 +9,13 @@ class SI(SupervisedMethod):
     """Each parameter's importance is the path integral of the task loss along its trajectory
     (eq. 3, discretised per step: omega += -g * delta_theta, g the gradient of the unregularised loss),
     normalised at the end of each task by the squared total displacement plus xi (eq. 5) and summed
-    over tasks; training adds the surrogate loss c * sum_k Omega_k (theta_k - theta~_k)^2 (eq. 4)."""
+    over tasks; training adds the surrogate loss c * sum_k Omega_k (theta_k - theta~_k)^2 (eq. 4).
+
+    Mixed precision: g is read after the step, when GradScaler has unscaled ``p.grad`` in place; a
+    step the scaler skipped (inf/NaN gradients, weights unmoved) adds nothing to the path integral,
+    as the parameters did not move along the trajectory (``Trainer.step_taken``)."""
     name = "si"
+    version = "2"   # 2: steps skipped by the AMP scaler no longer turn the path integral into NaN
     hparams = {**optimizer_space(lr=0.01, momentum=0.9),
                "si_lambda": clh.Float(1e-3, 1e4, default=1.0, log=True),     # c in eq. 4 (M2I Table 9: 1)
                "si_epsilon": clh.Float(1e-6, 1.0, default=1e-3, log=True)}   # xi in eq. 5 (M2I Table 9: 0.001)
@@ -41,6 +46,8 @@ class SI(SupervisedMethod):
         for x, y in experience.batches(epochs=self.context.epochs):
             before = {k: p.detach().clone() for k, p in params.items()}
             trainer.step(self.loss, x, y)
+            if not trainer.step_taken():
+                continue    # skipped by the AMP scaler: no movement, and the gradient holds inf
             for k, p in params.items():
                 if p.grad is None:
                     continue

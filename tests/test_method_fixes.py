@@ -1,0 +1,113 @@
+"""Fixes to reference methods after a review against their reference code (issue 16): SI under
+mixed precision, GMED's edit sign, CBRS's "full" classes, GDumb's sampling order, EWC's separate
+mode. Each test fails on the code before its fix."""
+import importlib
+import warnings
+
+import pytest
+import torch
+
+import clharness as clh
+from clharness.backbones import MLP
+from clharness.data.base import ArrayDataset, TensorData
+from clharness.training import Trainer
+from test_methods_reference import METHODS, context, digits, split  # noqa: F401  (digits: fixture)
+
+
+# --- SI: steps the AMP scaler skips add nothing to the path integral ---------------------------
+
+class _Overflow(torch.autograd.Function):
+    """Identity forward; backward multiplies the gradient by inf, as an fp16 overflow does."""
+
+    @staticmethod
+    def forward(ctx, loss):
+        return loss.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * float("inf")
+
+
+class _ScaledTrainer(Trainer):
+    """The AMP path of Trainer on CPU with a real GradScaler; every third backward pass overflows
+    (inf gradients), so the scaler skips that step (weights unmoved) and lowers its scale, as fp16
+    training on a GPU does."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.amp = True
+        self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8)
+        self.skipped = 0
+
+    def step(self, loss_fn, *args):
+        overflow = self.steps % 3 == 0
+        loss = super().step(lambda *a: _Overflow.apply(loss_fn(*a)) if overflow else loss_fn(*a), *args)
+        self.skipped += not self.step_taken()
+        return loss
+
+
+def test_trainer_reports_skipped_amp_steps():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    ctx = clh.Context(clh.Setting.CLASS_IL, 3, (4,))
+    trainer = _ScaledTrainer("probe", torch.optim.SGD(model.parameters(), lr=0.1), ctx)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    before = model.weight.detach().clone()
+    with pytest.warns(UserWarning):   # autocast("cuda") on a CPU-only machine is disabled, with a warning
+        trainer.step(lambda a, b: torch.nn.functional.cross_entropy(model(a), b), x, y)
+        assert not trainer.step_taken() and torch.equal(model.weight, before)   # step 0 overflows
+        trainer.step(lambda a, b: torch.nn.functional.cross_entropy(model(a), b), x, y)
+    assert trainer.step_taken() and not torch.equal(model.weight, before)
+    assert Trainer("probe", torch.optim.SGD(model.parameters(), lr=0.1), ctx).step_taken()   # no AMP
+
+
+def _si_after_two_tasks(digits, monkeypatch, trainer_cls):  # noqa: F811
+    si_module = importlib.import_module("clharness_methods.si")
+    made, make = [], Trainer.for_method.__func__
+
+    def for_method(method, params=None, **overrides):
+        trainer = make(trainer_cls, method, params, **overrides)
+        made.append(trainer)
+        return trainer
+    monkeypatch.setattr(si_module.Trainer, "for_method", for_method)
+    tasks, exps, _ = split(digits, 0)
+    torch.manual_seed(0)
+    si = METHODS["si"](context(0, tasks=tasks, epochs=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")    # autocast("cuda") disabled on a CPU-only machine
+        si.learn(exps[0])
+        si.learn(exps[1])
+    return si, made
+
+
+def test_si_path_integral_ignores_steps_the_scaler_skipped(digits, monkeypatch):  # noqa: F811
+    si, trainers = _si_after_two_tasks(digits, monkeypatch, _ScaledTrainer)
+    assert trainers[0].skipped == -(-trainers[0].steps // 3)   # every third step overflowed
+    for k, w in si.omega_total.items():
+        assert torch.isfinite(w).all(), k
+        assert torch.isfinite(si.last_omega[k]).all(), k
+    assert sum(float(w.sum()) for w in si.omega_total.values()) > 0
+
+
+# --- GMED: the edit ascends d + beta * loss ------------------------------------------------------
+
+def test_gmed_edit_ascends_the_memory_loss_with_positive_beta(monkeypatch):
+    """With the virtual step a no-op (theta' = theta), d = 0 and the edit is exactly
+    x_m + alpha * beta * grad_x l(x_m): the memory example's own loss must go up."""
+    gmed_module = importlib.import_module("clharness_methods.gmed")
+    monkeypatch.setattr(gmed_module, "virtual_step",
+                        lambda model, loss, lr: {k: p.detach() for k, p in model.named_parameters()})
+    torch.manual_seed(0)
+    ctx = clh.Context(clh.Setting.CLASS_IL, 3, (1, 2, 2), memory_size=4,
+                      backbone_factory=lambda: MLP((1, 2, 2)))
+    gmed = METHODS["gmed"](ctx, edit_stride=0.5, reg_strength=2.0)
+    gmed.labels.seen = [0, 1, 2]
+    x, y = torch.randn(4, 1, 2, 2), torch.tensor([0, 1, 2, 0])
+    mx, my = torch.randn(3, 1, 2, 2), torch.tensor([1, 2, 0])
+    edited = gmed.edit(x, y, mx, my, torch.zeros(3))
+    probe = mx.clone().requires_grad_(True)
+    loss = torch.nn.functional.cross_entropy(gmed.model(probe), my)
+    grad, = torch.autograd.grad(loss, probe)
+    torch.testing.assert_close(edited, mx + 0.5 * 2.0 * grad)
+    with torch.no_grad():
+        assert torch.nn.functional.cross_entropy(gmed.model(edited), my) > loss
