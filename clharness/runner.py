@@ -7,6 +7,7 @@ task j's test data after learning task i), future tasks included.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import platform
@@ -112,15 +113,20 @@ def run_case(case: Case, harness, device: torch.device, data_root: Path | None =
 
 
 def make_context(case: Case, scenario, harness, device: torch.device) -> Context:
-    """What the method is told about this run (never test data, task ids only in task-IL)."""
+    """What the method is told about this run (never test data, task ids only in task-IL).
+
+    Everything in it is copied out of the scenario as plain values: the backbone factory is a
+    partial over the registered backbone, the input shape and the suite's options, never a
+    closure (a method can read a closure's cells, and the scenario holds every test split)."""
     spec = case.scenario
-    backbone = harness.backbones[spec.backbone]
+    input_shape = tuple(int(d) for d in scenario.input_shape)
     return Context(
-        setting=scenario.setting, num_classes=scenario.num_classes, input_shape=scenario.input_shape,
+        setting=scenario.setting, num_classes=scenario.num_classes, input_shape=input_shape,
         device=device, seed=case.seed, epochs=spec.epochs, batch_size=spec.batch_size,
         memory_size=spec.memory_size, amp=spec.amp and device.type == "cuda",
-        backbone_factory=lambda: backbone(scenario.input_shape, **spec.backbone_options),
-        task_classes=tuple(t.classes for t in scenario.tasks) if scenario.setting is Setting.TASK_IL else ())
+        backbone_factory=functools.partial(harness.backbones[spec.backbone], input_shape,
+                                           **copy.deepcopy(spec.backbone_options)),
+        task_classes=tuple(tuple(t.classes) for t in scenario.tasks) if scenario.setting is Setting.TASK_IL else ())
 
 
 def _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_task):

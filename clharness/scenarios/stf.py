@@ -133,7 +133,7 @@ def online_protocol(method, scenario: StreamScenario, device: torch.device, reco
     for step in range(1, points[-1] + 1):
         record.failed_task = step - 1
         x, y = next(batches)
-        method.observe(Batch(x, y, None))
+        method.observe(Batch(_own_storage(x), _own_storage(y), None))
         if step in points:
             method.consolidate()
             _sync(device)
@@ -156,6 +156,12 @@ def online_protocol(method, scenario: StreamScenario, device: torch.device, reco
     record.eval_seconds += time.perf_counter() - t1
     record.task_sizes = [len(scenario.test)]
     record.acc_matrix = []
+
+
+def _own_storage(t: torch.Tensor) -> torch.Tensor:
+    """``t``, copied when it is a view into a larger storage: a minibatch sliced from the stream
+    would otherwise reach every later instance (and its label) through ``untyped_storage()``."""
+    return t.clone() if t.untyped_storage().nbytes() > t.numel() * t.element_size() else t
 
 
 def build(spec: ScenarioSpec, source: DatasetSource, seed: int, device: torch.device,
