@@ -111,3 +111,27 @@ def test_gmed_edit_ascends_the_memory_loss_with_positive_beta(monkeypatch):
     torch.testing.assert_close(edited, mx + 0.5 * 2.0 * grad)
     with torch.no_grad():
         assert torch.nn.functional.cross_entropy(gmed.model(edited), my) > loss
+
+
+# --- CBRS: a class is full if it is or ever was the largest ------------------------------------
+
+def _offer(buffer, labels):
+    for c in labels:
+        buffer.add(torch.zeros(1, 1), torch.tensor([c]))
+
+
+def test_cbrs_class_that_was_largest_stays_full():
+    """Capacity 4, stream A A B B | C C | A x 20. After C C the memory holds A:1 B:1 C:2; A and B
+    were largest when the memory filled, so A's later instances only replace A's own slot
+    (reservoir within the class) and never take C's: A keeps 1 slot. The 'currently largest' rule
+    would let A (1 < 2) evict a C instance."""
+    cbrs = METHODS["cbrs"](clh.Context(clh.Setting.ONLINE, 4, (1,), memory_size=4,
+                                       backbone_factory=lambda: MLP((1,))))
+    buffer = cbrs.buffer
+    _offer(buffer, [0, 0, 1, 1, 2, 2])
+    assert buffer.class_counts() == {0: 1, 1: 1, 2: 2}
+    _offer(buffer, [0] * 20)
+    assert buffer.class_counts() == {0: 1, 1: 1, 2: 2}
+    assert buffer.full == {0, 1, 2}
+    _offer(buffer, [3])            # a new class is not full: it takes a slot from the largest (C)
+    assert buffer.class_counts() == {0: 1, 1: 1, 2: 1, 3: 1}
