@@ -1,0 +1,149 @@
+"""iCaRL, BiC, WA and PODNet (issue 16): each one's defining property on a hand-made case or a
+small digits run, and each beats fine-tuning on the quickstart's 5 x 2 digits split."""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from clharness.exemplars import ExemplarMemory, herding
+from test_methods_reference import METHODS, accuracy, context, digits, split  # noqa: F401  (fixture)
+
+SEEDS = (0, 1, 2)
+EPOCHS = 3
+
+
+def learned(name, digits, seed=0, tasks_to_learn=5, epochs=EPOCHS, **hp):
+    tasks, exps, tests = split(digits, seed)
+    torch.manual_seed(seed)
+    method = METHODS[name](context(seed, epochs=epochs), **hp)
+    for exp in exps[:tasks_to_learn]:
+        method.learn(exp)
+    return method, tasks, tests
+
+
+# --- iCaRL: herding (Rebuffi et al. 2017, Algorithm 4) -------------------------------------------
+
+def test_herding_mean_is_closer_to_the_class_mean_than_random_picks():
+    # five unit vectors, class mean mu = (0.32, 0.2). By hand: p_1 = argmin ||mu - phi|| is point 1
+    # (0.625 against 0.709, 0.933, 0.862, 1.335); p_2 minimises ||mu - (phi_1 + phi)/2||: point 4
+    # (0.432); p_3: point 0 (0.053). Its mean is 0.053 from mu; every other 3-subset is >= 0.233 away.
+    phi = torch.tensor([[1.0, 0.0], [0.8, 0.6], [0.8, -0.6], [0.0, 1.0], [-1.0, 0.0]])
+    mu = phi.mean(0)
+    idx = herding(3 * phi, 3)          # herding normalises the features itself
+    assert idx.tolist() == [1, 4, 0]
+    assert herding(phi, 2).tolist() == [1, 4]   # greedy prefixes: Algorithm 5 keeps the first m
+    gap = lambda rows: float((phi[list(rows)].mean(0) - mu).norm())   # noqa: E731
+    assert gap(idx.tolist()) == pytest.approx(0.0533, abs=1e-3)
+    others = [gap(rows) for rows in itertools.combinations(range(5), 3) if set(rows) != {0, 1, 4}]
+    assert gap(idx.tolist()) < min(others)                  # closer than any other pick of size 3
+    assert gap(idx.tolist()) < np.mean(others)              # so closer than a random pick on average
+
+
+def test_icarl_memory_is_herded_balanced_and_counted(digits):
+    icarl, tasks, _ = learned("icarl", digits, tasks_to_learn=2, epochs=2)
+    per_class = 200 // 4
+    assert {c: len(v) for c, v in icarl.memory.x.items()} == {c: per_class for t in tasks[:2] for c in t}
+    report = icarl.memory_report()
+    assert report.exemplars == 200 and report.exemplar_bytes == 200 * 64
+    params = sum(p.numel() for p in icarl.model.parameters())
+    assert report.parameters == 2 * params        # the network and the previous one (distillation)
+    # a new class's exemplars: their feature mean is closer to the class mean than random subsets
+    _, exps, _ = split(digits, 0)
+    x, y = exps[1].tensors()
+    c = tasks[1][0]
+    phi = torch.nn.functional.normalize(icarl.embed(x[y == c]), dim=1)
+    mu = phi.mean(0)
+    ex = torch.nn.functional.normalize(icarl.embed(icarl.memory.x[c]), dim=1)
+    g = torch.Generator().manual_seed(1)
+    random_gaps = [float((phi[torch.randperm(len(phi), generator=g)[:per_class]].mean(0) - mu).norm())
+                   for _ in range(200)]
+    assert float((ex.mean(0) - mu).norm()) < min(random_gaps)
+
+
+def test_memory_reduction_keeps_each_class_prefix():
+    mem = ExemplarMemory(6)
+    mem.add_class(0, torch.arange(3.0)[:, None], torch.randn(3, 2), 3)
+    mem.add_class(1, torch.arange(3.0, 6.0)[:, None], torch.randn(3, 2), 3)
+    first = {c: v.clone() for c, v in mem.x.items()}
+    mem.reduce(mem.per_class(3))
+    assert all(torch.equal(mem.x[c], first[c][:2]) for c in (0, 1)) and len(mem) == 4
+
+
+def test_icarl_nme_predicts_by_the_nearest_exemplar_mean(digits):
+    icarl, tasks, tests = learned("icarl", digits, tasks_to_learn=2, epochs=2)
+    x = next(tests[0].batches(64))[0]
+    logits = icarl.predict(x)
+    phi = torch.nn.functional.normalize(icarl.features(x), dim=1)
+    seen = [c for t in tasks[:2] for c in t]
+    dist = torch.cdist(phi, icarl.class_means[seen])
+    assert torch.equal(logits.argmax(1), torch.tensor(seen)[dist.argmin(1)])
+    unseen = [c for c in range(10) if c not in seen]
+    assert torch.isfinite(logits).all() and (logits[:, unseen] < logits[:, seen].min()).all()
+
+
+# --- WA: weight aligning (Zhao et al. 2020, sec. 3.3) -------------------------------------------
+
+def test_align_weights_equalises_mean_norms_by_hand():
+    w = torch.tensor([[3.0, 4.0], [0.0, 1.0], [6.0, 8.0], [0.0, 10.0]])   # old norms 5, 1; new 10, 10
+    from clharness_methods.wa import align_weights
+    gamma = align_weights(w, [0, 1], [2, 3])
+    assert gamma == pytest.approx(3.0 / 10.0)
+    assert torch.allclose(w[2:], torch.tensor([[1.8, 2.4], [0.0, 3.0]]))
+    assert torch.equal(w[:2], torch.tensor([[3.0, 4.0], [0.0, 1.0]]))
+
+
+def test_wa_new_class_norms_equal_old_mean_after_each_task(digits):
+    wa, tasks, _ = learned("wa", digits, tasks_to_learn=3, epochs=2)
+    w = wa.model.head.weight.detach()
+    old = [c for t in tasks[:2] for c in t]
+    new = list(tasks[2])
+    assert w[new].norm(dim=1).mean() == pytest.approx(float(w[old].norm(dim=1).mean()), rel=1e-5)
+    assert len(wa.gammas) == 2 and all(abs(g - 1) > 0.01 for g in wa.gammas)   # the norms differed before
+    assert (w >= 0).all()                                             # the paper's weight clipping
+
+
+# --- BiC: the bias layer (Wu et al. 2019, eq. 5) ------------------------------------------------
+
+def test_bic_bias_layer_changes_only_new_class_logits(digits):
+    from clharness_methods.bic import BiasLayer
+    layer = BiasLayer([3, 7])
+    with torch.no_grad():
+        layer.alpha.fill_(0.5)
+        layer.beta.fill_(-2.0)
+    logits = torch.randn(8, 10)
+    out = layer(logits)
+    old = [c for c in range(10) if c not in (3, 7)]
+    assert torch.equal(out[:, old], logits[:, old])
+    assert torch.allclose(out[:, [3, 7]], 0.5 * logits[:, [3, 7]] - 2.0)
+
+    bic, tasks, tests = learned("bic", digits, tasks_to_learn=2, epochs=2)
+    layer = bic.model.bias_layers[-1]
+    assert (layer.alpha.item(), layer.beta.item()) != (1.0, 0.0)     # stage 2 trained it
+    x = next(tests[0].batches(64))[0]
+    with torch.no_grad():
+        raw = bic.model.bias_layers[0](bic.model.head(bic.model.backbone(x)))
+        corrected = bic.model(x)
+    old, new = list(tasks[0]), list(tasks[1])
+    assert torch.equal(corrected[:, old], raw[:, old])
+    assert torch.allclose(corrected[:, new], layer.alpha * raw[:, new] + layer.beta)
+    assert bic.memory_report().parameters == 2 * sum(p.numel() for p in bic.model.parameters())
+
+
+# --- every method beats fine-tuning on the 5 x 2 digits split -----------------------------------
+
+def final_accuracy(name, digits, seed, **hp):
+    method, tasks, tests = learned(name, digits, seed, **hp)
+    return accuracy(method, tasks, tests)
+
+
+@pytest.fixture(scope="module")
+def finetune_accuracy(digits):
+    return [final_accuracy("finetune", digits, s) for s in SEEDS]
+
+
+@pytest.mark.parametrize("name", ["icarl", "bic", "wa"])
+def test_beats_finetune_on_digits(digits, finetune_accuracy, name):
+    acc = [final_accuracy(name, digits, s) for s in SEEDS]
+    print(f"\n{name} final accuracy {np.round(acc, 3)}; finetune {np.round(finetune_accuracy, 3)}")
+    assert min(acc) > max(finetune_accuracy) + 0.3, (acc, finetune_accuracy)
