@@ -41,6 +41,25 @@ def test_reservoir_keeps_each_element_with_probability_capacity_over_n():
     assert (thirds - 0.1).abs().max() < 0.01
 
 
+def test_reservoir_first_replacement_and_fill_phase_survival_are_exact():
+    """Algorithm R keeps the (capacity+1)-th element w.p. capacity/(capacity+1) and every element,
+    the ones stored while filling included, w.p. capacity/n. An off-by-one (randrange(seen)) always
+    keeps element capacity+1 and leaves the fill-phase ones (capacity-1)/(n-1) = 0.0909 instead of 0.1."""
+    capacity, n, runs = 10, 100, 3000
+    ids, x = torch.arange(n), torch.zeros(n, 1)
+    kept_next = kept_fill = 0
+    for seed in range(runs):
+        buf = ReservoirBuffer(capacity, seed=seed)
+        buf.add(x[:capacity + 1], ids[:capacity + 1])
+        kept_next += int(capacity in buf.tensors()[1].tolist())
+        buf.add(x[capacity + 1:], ids[capacity + 1:])
+        kept_fill += int((buf.tensors()[1] < capacity).sum())
+    # 10/11 = 0.909, sd sqrt(.909*.091/3000) = 0.0053: 3.5 sd
+    assert kept_next / runs == pytest.approx(capacity / (capacity + 1), abs=0.019)
+    # 0.100, sd about sqrt(.1*.9/30000) = 0.0017: 3.5 sd, below the off-by-one's 0.0909 by 1.8 sd more
+    assert kept_fill / (capacity * runs) == pytest.approx(capacity / n, abs=0.006)
+
+
 def test_reservoir_fill_phase_and_capacity():
     buf = ReservoirBuffer(50)
     for i, (x, y) in enumerate(stream(torch.arange(200), chunk=16)):

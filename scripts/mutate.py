@@ -1,0 +1,237 @@
+"""Mutation testing of the core: plausible one-line bugs, applied one at a time to a COPY of the
+repository, each followed by the test files that should catch it. Reports caught/missed per
+mutation and the kill rate; exits 1 if any mutation survives (or 2 if the tests fail unmutated).
+
+    python scripts/mutate.py                 # every mutation, on a copy of HEAD
+    python scripts/mutate.py --worktree      # on a copy of the working tree (uncommitted edits included)
+    python scripts/mutate.py --only reservoir-off-by-one --only gtep-tau-self
+    python scripts/mutate.py --list
+
+The shared working tree is never edited: the copy lives in a temporary folder, and the tests run
+there with PYTHONPATH=<copy>:<copy>/tests, so the copy's ``clharness`` (the mutated one) is what
+pytest and its ``pytest11`` entry point import. (``clharness_methods`` still comes from the editable
+install; no mutation touches methods/.) Not part of the test command: it takes minutes.
+
+Every mutation names its file, the exact original text (which must occur exactly once; a
+mutation whose text is gone fails loudly: re-point the table after a refactor), the replacement
+and the tests to run (files or node ids, relative to the repository root).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    file: str
+    original: str
+    replacement: str
+    tests: tuple[str, ...]
+
+
+# ------------------------------------------------------------------------------------------ the table
+# Re-point ``file`` (and ``tests``) here when modules move; ``original`` must stay exact.
+MUTATIONS: tuple[Mutation, ...] = (
+    # runner: the protocol and the record key
+    Mutation("eval-on-train-split", "clharness/runner.py",
+             "row[j] = accuracy(method, task.test,", "row[j] = accuracy(method, task.train,",
+             ("tests/test_runner.py",)),
+    Mutation("version-not-in-key", "clharness/runner.py",
+             '"method_version": method_cls.version, ', "",
+             ("tests/test_runner.py",)),
+    Mutation("task-il-not-masked", "clharness/runner.py",
+             "task.classes if task_il else None, scenario.num_classes", "None, scenario.num_classes",
+             ("tests/test_runner.py",)),
+    Mutation("no-seeding", "clharness/runner.py",
+             "        seed_everything(case.seed)\n", "",
+             ("tests/test_runner.py",)),
+    # metrics
+    Mutation("forgetting-vs-first-not-best", "clharness/metrics.py",
+             "return float(np.mean(best - R[-1, :-1]))", "return float(np.mean(np.diag(R)[:-1] - R[-1, :-1]))",
+             ("tests/test_metrics.py",)),
+    Mutation("avg-inc-acc-unweighted-by-seen", "clharness/metrics.py",
+             "step_acc = (np.where(lower, R, 0.0) * w).sum(axis=1) / seen_w",
+             "step_acc = (np.where(lower, R, 0.0) * w).sum(axis=1) / w.sum()",
+             ("tests/test_metrics.py",)),
+    Mutation("ci-normal-not-t", "clharness/metrics.py",
+             "half = stats.t.ppf((1 + confidence) / 2, v.size - 1)", "half = stats.norm.ppf((1 + confidence) / 2)",
+             ("tests/test_metrics.py",)),
+    Mutation("bwt-includes-diagonal", "clharness/metrics.py",
+             "[np.tril(np.ones((T, T), dtype=bool), k=-1)].mean())", "[np.tril(np.ones((T, T), dtype=bool), k=0)].mean())",
+             ("tests/test_metrics.py",)),
+    # buffers
+    Mutation("reservoir-off-by-one", "clharness/buffers.py",
+             "slot = self.rng.randrange(self.seen + 1)", "slot = self.rng.randrange(self.seen)",
+             ("tests/test_buffers.py",)),
+    Mutation("class-balanced-never-evicts-largest", "clharness/buffers.py",
+             "if len(own) < largest:", "if len(own) < largest - 1:",
+             ("tests/test_buffers.py",)),
+    # STF generator and protocol
+    Mutation("disjoint-not-shuffled-within-task", "clharness/streams.py",
+             "return order_by_timestamps(task_of_class[labels].astype(float), rng)",
+             'return np.argsort(task_of_class[labels], kind="stable")',
+             ("tests/test_stf_generator.py",)),
+    Mutation("beta-variance-not-squared", "clharness/streams.py",
+             "common = mu * (1 - mu) / sigma ** 2 - 1", "common = mu * (1 - mu) / sigma - 1",
+             ("tests/test_stf_generator.py",)),
+    Mutation("stf-retention-on-test-split", "clharness/scenarios/stf.py",
+             "retention.append(accuracy(method, scenario.past(seen),", "retention.append(accuracy(method, scenario.test,",
+             ("tests/test_stf_protocol.py",)),
+    # GTEP selection and outputs
+    Mutation("gtep-tau-self", "clharness/gtep.py",
+             "rank_correlation(ok.tune_acc, ok.eval_acc)", "rank_correlation(ok.eval_acc, ok.eval_acc)",
+             ("tests/test_gtep.py",)),
+    Mutation("gtep-select-worst", "clharness/gtep.py",
+             "best = max(finite.values())", "best = min(finite.values())",
+             ("tests/test_gtep.py",)),
+    # CLDyB sampling
+    Mutation("cldyb-most-similar-picks-least", "clharness/cldyb/sampling.py",
+             "return psi[t][:, :, prev].mean(dim=(1, 2)).cpu().numpy()",
+             "return -psi[t][:, :, prev].mean(dim=(1, 2)).cpu().numpy()",
+             ("tests/test_cldyb_sampling.py", "tests/test_cldyb_pipeline.py")),
+    Mutation("cldyb-greedy-argmin", "clharness/cldyb/sampling.py",
+             "nxt = score.masked_fill(taken, -np.inf).argmax(1)", "nxt = score.masked_fill(taken, np.inf).argmin(1)",
+             ("tests/test_cldyb_sampling.py",)),
+    # training
+    Mutation("sgd-drops-weight-decay", "clharness/training.py",
+             "torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)",
+             "torch.optim.SGD(params, lr=lr, momentum=momentum)",
+             ("tests/test_training.py",)),
+    # results store and the plugin's reuse logic
+    Mutation("failed-runs-reused", "clharness/results.py",
+             'REUSABLE = ("passed", "diverged", "not-applicable")', 'REUSABLE = ("passed", "diverged", "not-applicable", "failed")',
+             ("tests/test_results_store.py", "tests/test_gates.py")),
+    Mutation("fresh-ignored", "clharness/pytest_plugin.py",
+             '    if not config.getoption("clh_fresh"):\n        record = clh.store.reusable(',
+             '    if True:\n        record = clh.store.reusable(',
+             ("tests/test_pytest_plugin.py",)),
+)
+
+
+# ------------------------------------------------------------------------------------------ running
+def copy_repository(worktree: bool) -> Path:
+    """HEAD (default) or the working tree's tracked and untracked-not-ignored files, in a temp folder."""
+    dest = Path(tempfile.mkdtemp(prefix="clh-mutate-"))
+    if worktree:
+        files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                               cwd=REPO, capture_output=True, check=True).stdout.decode().split("\0")
+        for rel in filter(None, files):
+            src = REPO / rel
+            if src.is_file():
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dest / rel)
+    else:
+        archive = subprocess.run(["git", "archive", "--format=tar", "HEAD"], cwd=REPO, capture_output=True,
+                                 check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def run_tests(copy: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, float, str]:
+    """('pass' | 'fail' | 'timeout', seconds, output tail) of the tests in the copy."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(copy), str(copy / "tests")]),
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "timeout", time.perf_counter() - t0, ""
+    out = (proc.stdout + proc.stderr).strip().splitlines()
+    return ("pass" if proc.returncode == 0 else "fail"), time.perf_counter() - t0, "\n".join(out[-3:])
+
+
+def check_imports_copy(copy: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(copy), str(copy / "tests")])}
+    where = subprocess.run([sys.executable, "-c", "import clharness, clharness.pytest_plugin as p; print(p.__file__)"],
+                           cwd=copy, env=env, capture_output=True, text=True, check=True).stdout.strip()
+    if not Path(where).resolve().is_relative_to(copy.resolve()):
+        sys.exit(f"mutate: the copy's tests would import clharness from {where}, not from the copy {copy}")
+
+
+def apply(copy: Path, m: Mutation) -> str:
+    path = copy / m.file
+    if not path.exists():
+        raise SystemExit(f"mutation {m.name}: {m.file} does not exist (moved? re-point the table in {__file__})")
+    text = path.read_text()
+    count = text.count(m.original)
+    if count != 1:
+        raise SystemExit(f"mutation {m.name}: the original text occurs {count} times in {m.file} (code drifted; "
+                         f"update the table in {__file__}):\n{m.original}")
+    path.write_text(text.replace(m.original, m.replacement))
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these mutations")
+    parser.add_argument("--worktree", action="store_true", help="mutate a copy of the working tree, not of HEAD")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per test run (a hang counts as caught)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run of the tests")
+    parser.add_argument("--keep", action="store_true", help="keep the copy (its path is printed)")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    args = parser.parse_args(argv)
+
+    chosen = [m for m in MUTATIONS if not args.only or m.name in args.only]
+    unknown = set(args.only) - {m.name for m in MUTATIONS}
+    if unknown:
+        parser.error(f"unknown mutation(s) {sorted(unknown)}; known: {', '.join(m.name for m in MUTATIONS)}")
+    if args.list:
+        for m in MUTATIONS:
+            print(f"{m.name:38s} {m.file:32s} {' '.join(m.tests)}")
+        return 0
+
+    copy = copy_repository(args.worktree)
+    print(f"copy of {'the working tree' if args.worktree else 'HEAD'} at {copy}", flush=True)
+    try:
+        check_imports_copy(copy)
+        for m in chosen:   # every original must still be there before anything runs
+            text = (copy / m.file).read_text() if (copy / m.file).exists() else ""
+            if text.count(m.original) != 1:
+                print(f"mutation {m.name}: original text occurs {text.count(m.original)} times in {m.file} "
+                      f"(code drifted; update the table in {__file__})", file=sys.stderr)
+                return 2
+        if not args.no_baseline:
+            tests = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
+            status, secs, tail = run_tests(copy, tests, args.timeout * 2)
+            print(f"baseline (unmutated): {status} in {secs:.0f}s", flush=True)
+            if status != "pass":
+                print(f"the tests fail without any mutation; fix that first:\n{tail}", file=sys.stderr)
+                return 2
+        rows = []
+        for m in chosen:
+            original = apply(copy, m)
+            try:
+                status, secs, tail = run_tests(copy, m.tests, args.timeout)
+            finally:
+                (copy / m.file).write_text(original)
+            verdict = "caught" if status != "pass" else "MISSED"
+            rows.append((m, verdict, status, secs, tail))
+            print(f"{verdict:7s} {m.name:38s} {m.file:30s} {secs:6.0f}s  "
+                  f"{tail.splitlines()[-1] if tail else status}", flush=True)
+        caught = sum(v == "caught" for _, v, *_ in rows)
+        print(f"\nkill rate: {caught}/{len(rows)} = {caught / len(rows):.0%}")
+        for m, v, *_ in rows:
+            if v != "caught":
+                print(f"  missed: {m.name} ({m.file}: {m.original!r} -> {m.replacement!r}; tests {' '.join(m.tests)})")
+        return 0 if caught == len(rows) else 1
+    finally:
+        if args.keep:
+            print(f"kept {copy}")
+        else:
+            shutil.rmtree(copy, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
