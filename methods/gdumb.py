@@ -3,10 +3,11 @@ learning"): a greedy class-balanced sampler fills the memory, and the "dumb lear
 trained from scratch on the memory alone; at inference the logits of classes absent from the
 memory are masked.
 
-Offline (class-/task-incremental): every sample of the task is offered to the sampler, then the
-network is retrained from scratch on the memory. Task-free (online): the original GDumb trains
-only after the whole stream (Verwimp et al. 2021); the task-free variant the STF paper uses keeps
-sampling greedily and retrains from scratch on the memory whenever a model is needed, here
+Offline (class-/task-incremental): every sample of the task is offered to the sampler, in the
+experience's seeded random order (as a stream would deliver them; in folder order a class over its
+quota would keep its first files), then the network is retrained from scratch on the memory.
+Task-free (online): the original GDumb trains only after the whole stream (Verwimp et al. 2021);
+the task-free variant the STF paper uses keeps sampling greedily and retrains from scratch on the memory whenever a model is needed, here
 whenever ``predict``/``features`` is called after new observations.
 """
 import torch
@@ -51,6 +52,7 @@ class GreedyClassBalancedMemory(_Buffer):
 
 class GDumb(SupervisedMethod):
     name = "gdumb"
+    version = "2"   # 2: offline tasks feed the sampler in a seeded random order, not folder order
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.ONLINE})
     hparams = {**OPTIMIZER_SPACE,
                "epochs": clh.Int(0, 1000, default=0)}      # passes over the memory per retraining; 0: context.epochs
@@ -67,7 +69,7 @@ class GDumb(SupervisedMethod):
 
     def learn(self, experience):
         self.labels.add(experience)
-        for x, y in experience.batches(shuffle=False):
+        for x, y in experience.batches(shuffle=True):   # seeded by the experience
             self.memory.add(x, y)
         self.retrain()
 

@@ -135,3 +135,29 @@ def test_cbrs_class_that_was_largest_stays_full():
     assert buffer.full == {0, 1, 2}
     _offer(buffer, [3])            # a new class is not full: it takes a slot from the largest (C)
     assert buffer.class_counts() == {0: 1, 1: 1, 2: 1, 3: 1}
+
+
+# --- GDumb: offline tasks feed the sampler in a seeded random order ------------------------------
+
+def _gdumb_memory_indices(experience_seed):
+    """GDumb (memory 20) after one task of 60 class-0 then 60 class-1 images in folder order; each
+    image's single pixel is its file index. Returns the memory's file indices per class."""
+    images = torch.arange(120, dtype=torch.uint8).view(120, 1, 1, 1)
+    labels = torch.tensor([0] * 60 + [1] * 60)
+    data = TensorData(ArrayDataset(images, labels, ["a", "b"]), [0.0], [1.0])
+    ctx = clh.Context(clh.Setting.CLASS_IL, 2, (1, 1, 1), epochs=1, memory_size=20,
+                      backbone_factory=lambda: MLP((1, 1, 1)))
+    gdumb = METHODS["gdumb"](ctx)
+    gdumb.learn(clh.Experience(data, (0, 1), None, 16, experience_seed))
+    x, y = gdumb.memory.tensors()
+    index = (x.flatten() * 255).round().long()
+    return {c: sorted(index[y == c].tolist()) for c in (0, 1)}
+
+
+def test_gdumb_offline_memory_is_not_the_first_files_of_a_class():
+    kept = _gdumb_memory_indices(experience_seed=3)
+    assert [len(v) for v in kept.values()] == [10, 10]
+    # Folder order would fill the memory with files 0..19 of class 0 and keep 10 of those.
+    assert max(kept[0]) >= 30, kept[0]
+    assert kept == _gdumb_memory_indices(experience_seed=3)          # seeded: reproducible
+    assert kept != _gdumb_memory_indices(experience_seed=4)
