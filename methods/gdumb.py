@@ -7,8 +7,9 @@ Offline (class-/task-incremental): every sample of the task is offered to the sa
 experience's seeded random order (as a stream would deliver them; in folder order a class over its
 quota would keep its first files), then the network is retrained from scratch on the memory.
 Task-free (online): the original GDumb trains only after the whole stream (Verwimp et al. 2021);
-the task-free variant the STF paper uses keeps sampling greedily and retrains from scratch on the memory whenever a model is needed, here
-whenever ``predict``/``features`` is called after new observations.
+the task-free variant the STF paper uses keeps sampling greedily and retrains from scratch on the
+memory whenever a model is needed, here whenever ``predict``/``features`` is called after new
+observations.
 """
 import torch
 
