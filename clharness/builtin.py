@@ -21,6 +21,13 @@ def clharness_add_backbones(registry):
         registry.add(name, factory)
 
 
+@hookimpl
+def clharness_add_augmentations(registry):
+    from .augment import BUILTIN_RECIPES
+    for name, recipe in BUILTIN_RECIPES.items():
+        registry.add(name, recipe)
+
+
 def suite_dir() -> Path:
     """The shipped suite files (the repo's suites/ folder, installed as clharness_suites)."""
     return Path(str(resources.files("clharness_suites")))

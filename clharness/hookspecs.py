@@ -31,5 +31,11 @@ def clharness_add_backbones(registry):
 
 
 @hookspec
+def clharness_add_augmentations(registry):
+    """Add training augmentation recipes: ``registry.add(recipe)`` (a ``clharness.augment.Recipe``
+    instance; its ``name`` is what the suite key ``augment`` names)."""
+
+
+@hookspec
 def clharness_run_finished(record):
     """Called with every finished RunRecord (loggers, trackers); return value ignored."""

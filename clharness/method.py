@@ -74,22 +74,43 @@ class Experience:
     task_id: int | None             # None where the setting hides it (class-incremental)
     batch_size: int = 32
     seed: int = 0
+    _aug_gen: torch.Generator | None = field(default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.data)
 
+    @property
+    def augmenting(self) -> bool:
+        """Whether the suite's augmentation recipe (scenario key ``augment``) is on for this data."""
+        return getattr(self.data, "recipe", None) is not None
+
+    def _augment_generator(self) -> torch.Generator:
+        # its own stream on the data's device, seeded by the run: shuffling draws are unchanged by it
+        if self._aug_gen is None:
+            device = getattr(self.data, "device", torch.device("cpu"))
+            self._aug_gen = torch.Generator(device=device).manual_seed(self.seed * 7919 + 104729)
+        return self._aug_gen
+
     def batches(self, batch_size: int | None = None, epochs: int = 1, shuffle: bool = True,
-                generator: torch.Generator | None = None) -> Iterator[Batch]:
-        """Minibatches over ``epochs`` passes, shuffled reproducibly per experience seed."""
+                generator: torch.Generator | None = None, augment: bool = True) -> Iterator[Batch]:
+        """Minibatches over ``epochs`` passes, shuffled reproducibly per experience seed; training
+        views under the suite's augmentation recipe unless ``augment=False`` (the raw view)."""
         if generator is None:
             generator = torch.Generator().manual_seed(self.seed)
+        extra = {"augment": self._augment_generator()} if augment and self.augmenting else {}
         for _ in range(epochs):
-            for x, y in self.data.batches(batch_size or self.batch_size, shuffle=shuffle, generator=generator):
+            for x, y in self.data.batches(batch_size or self.batch_size, shuffle=shuffle, generator=generator,
+                                          **extra):
                 yield Batch(x, y, self.task_id)
 
+    def augment(self, x: torch.Tensor) -> torch.Tensor:
+        """A random training view of any prepared batch ``x`` under the suite's recipe (replayed
+        exemplars, a second view); ``x`` itself when the suite asks for no augmentation."""
+        return self.data.augment(x, self._augment_generator()) if self.augmenting else x
+
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """All train inputs (normalised) and labels at once; fine for small datasets."""
-        xs, ys = zip(*((b.x, b.y) for b in self.batches(batch_size=4096, shuffle=False)))
+        """All train inputs (normalised, not augmented) and labels at once; fine for small datasets."""
+        xs, ys = zip(*((b.x, b.y) for b in self.batches(batch_size=4096, shuffle=False, augment=False)))
         return torch.cat(xs), torch.cat(ys)
 
 
@@ -107,6 +128,9 @@ class Context:
     amp: bool = False                     # mixed precision allowed (CUDA runs)
     backbone_factory: Callable[[], nn.Module] | None = None
     task_classes: tuple[tuple[int, ...], ...] = ()  # filled for task-incremental only
+    # The suite's fixed first-task training (GTEP Table 3), or None: keys epochs, lr, milestones,
+    # lr_decay, weight_decay. Methods train their first task with it (clharness.training does).
+    first_task_train: Mapping[str, Any] | None = None
 
     def make_backbone(self) -> nn.Module:
         """A fresh feature extractor with an ``out_dim`` attribute, on the run's device."""

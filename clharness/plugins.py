@@ -27,7 +27,8 @@ REFERENCE_METHODS = "clharness_methods"  # also found by entry point when instal
 _KINDS = {"methods": ("method", "clharness_add_methods"),
           "datasets": ("dataset", "clharness_add_datasets"),
           "suites": ("suite", "clharness_add_suites"),
-          "backbones": ("backbone", "clharness_add_backbones")}
+          "backbones": ("backbone", "clharness_add_backbones"),
+          "augmentations": ("augmentation recipe", "clharness_add_augmentations")}
 
 
 def has_hookimpls(plugin: Any) -> bool:
@@ -71,6 +72,8 @@ class Harness:
                     impl.function(registry=registry)
                 registries[attr] = registry
             self._registries = registries
+            from . import augment
+            augment.install(registries["augmentations"])   # suite files are checked against these
         return self._registries
 
     @property
@@ -88,6 +91,11 @@ class Harness:
     @property
     def backbones(self) -> Registry:
         return self._build()["backbones"]
+
+    @property
+    def augmentations(self) -> Registry:
+        """Training augmentation recipes (clharness.augment), named by the suite key ``augment``."""
+        return self._build()["augmentations"]
 
     def run_finished(self, record) -> None:
         self.pm.hook.clharness_run_finished(record=record)

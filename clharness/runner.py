@@ -27,7 +27,7 @@ from .hparams import resolve
 from .method import Context, Diverged, Method, MethodError, Setting
 from .results import RunRecord, run_key
 from .scenarios import Scenario, build_scenario
-from .suites import ScenarioSpec
+from .suites import ScenarioSpec, spec_definition
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Case:
 
     def definition(self, method_cls: type[Method], versions: dict[str, str]) -> dict[str, Any]:
         """Everything that defines the run's outcome; its hash is the record key."""
-        return {"suite": self.suite, "scenario": dataclasses.asdict(self.scenario), "method": self.method,
+        return {"suite": self.suite, "scenario": spec_definition(self.scenario), "method": self.method,
                 "method_version": method_cls.version, "method_class": method_cls.__qualname__,
                 "hparams": self.hparams, "seed": self.seed, "versions": versions}
 
@@ -124,6 +124,7 @@ def make_context(case: Case, scenario, harness, device: torch.device) -> Context
         setting=scenario.setting, num_classes=scenario.num_classes, input_shape=input_shape,
         device=device, seed=case.seed, epochs=spec.epochs, batch_size=spec.batch_size,
         memory_size=spec.memory_size, amp=spec.amp and device.type == "cuda",
+        first_task_train=copy.deepcopy(spec.first_task_train),
         backbone_factory=functools.partial(harness.backbones[spec.backbone], input_shape,
                                            **copy.deepcopy(spec.backbone_options)),
         task_classes=tuple(tuple(t.classes) for t in scenario.tasks) if scenario.setting is Setting.TASK_IL else ())

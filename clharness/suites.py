@@ -24,7 +24,7 @@ Every key is checked: a typo is an error naming the file, the key and the allowe
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,8 @@ class ScenarioSpec:
     max_test_per_class: int | None = None
     amp: bool = True                      # mixed precision where the device is CUDA
     options: dict = field(default_factory=dict)   # the kind's own keys (see KINDS), checked by it
+    augment: str = "none"                 # training augmentation recipe (clharness.augment)
+    first_task_train: dict | None = None  # the first task's fixed training (FIRST_TASK_KEYS), e.g. GTEP Table 3
 
     @property
     def setting_enum(self):
@@ -70,8 +72,25 @@ _TYPES = {"name": str, "dataset": str, "kind": str, "setting": str, "dataset_opt
           "first_task": int, "increment": int, "num_classes": int, "validation": (int, float),
           "class_order": str, "epochs": int, "batch_size": int, "eval_batch_size": int, "memory_size": int,
           "backbone": str, "backbone_options": dict, "image_size": list, "channels": int,
-          "max_train_per_class": int, "max_test_per_class": int, "amp": bool}
+          "max_train_per_class": int, "max_test_per_class": int, "amp": bool, "augment": str,
+          "first_task_train": dict}
 SCENARIO_KEYS = tuple(f.name for f in fields(ScenarioSpec) if f.name != "options")
+# Keys added after records were first stored: left out of a run's definition (its record key)
+# while they hold these defaults, so the keys of existing runs do not change.
+LATER_KEYS = {"augment": "none", "first_task_train": None}
+# first_task_train = { epochs = 200, lr = 0.1, milestones = [60, 120, 170], lr_decay = 0.1, weight_decay = 5e-4 }
+FIRST_TASK_KEYS = {"epochs": int, "lr": (int, float), "milestones": list, "lr_decay": (int, float),
+                   "weight_decay": (int, float)}
+
+
+def spec_definition(spec: ScenarioSpec) -> dict[str, Any]:
+    """The spec as it enters a run's definition (and record key): every field, except the
+    ``LATER_KEYS`` that hold their defaults."""
+    out = asdict(spec)
+    for key, default in LATER_KEYS.items():
+        if out[key] == default:
+            del out[key]
+    return out
 
 # Scenario kinds -> the module that builds them. A kind module defines
 #   OPTIONS: dict[str, tuple[type | tuple[type, ...], default]]   its own scenario keys
@@ -239,6 +258,29 @@ def _check_scenario_table(path, where, table):
             raise SuiteError(f"{path}: {where}: {key} = {value!r}; allowed values: {', '.join(CHOICES[key])}")
         if isinstance(value, int) and not isinstance(value, bool) and key not in ("validation",) and value < 0:
             raise SuiteError(f"{path}: {where}: {key} = {value} must not be negative")
+    if "augment" in table:
+        from .augment import recipes   # lazy: torch; holds the recipes every loaded plugin added
+        if table["augment"] not in recipes():
+            raise SuiteError(f"{path}: {where}: augment = {table['augment']!r} is not a registered augmentation "
+                             f"recipe; registered: {', '.join(recipes())}")
+    if table.get("first_task_train") is not None:
+        _check_first_task(path, where, table["first_task_train"])
+
+
+def _check_first_task(path, where, value: dict) -> None:
+    example = "{ epochs = 200, lr = 0.1, milestones = [60, 120, 170], lr_decay = 0.1, weight_decay = 5e-4 }"
+    if set(value) != set(FIRST_TASK_KEYS):
+        raise SuiteError(f"{path}: {where}: first_task_train needs exactly the keys {', '.join(FIRST_TASK_KEYS)} "
+                         f"(got {', '.join(value) or 'none'}), e.g. first_task_train = {example}")
+    for key, expected in FIRST_TASK_KEYS.items():
+        _check_type(path, where, f"first_task_train.{key}", value[key], expected)
+    marks = value["milestones"]
+    if (value["epochs"] < 1 or value["lr"] <= 0 or value["weight_decay"] < 0 or not 0 < value["lr_decay"] <= 1
+            or not all(isinstance(m, int) and not isinstance(m, bool) for m in marks)
+            or marks != sorted(marks) or any(not 0 < m < value["epochs"] for m in marks)):
+        raise SuiteError(f"{path}: {where}: first_task_train = {value!r}: epochs >= 1, lr > 0, weight_decay >= 0, "
+                         "lr_decay in (0, 1], milestones increasing integer epochs inside (0, epochs); e.g. "
+                         f"first_task_train = {example}")
 
 
 def _check_split(path, where, spec: ScenarioSpec) -> ScenarioSpec:

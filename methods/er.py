@@ -1,6 +1,8 @@
 """Experience replay (Chaudhry et al. 2019, "On tiny episodic memories in continual learning"):
 every step trains on the current minibatch concatenated with an equal-size minibatch drawn
 from a memory of ``context.memory_size`` exemplars."""
+import functools
+
 import torch
 
 import clharness as clh
@@ -19,18 +21,21 @@ class ER(SupervisedMethod):
         self.buffer = kind(context.memory_size, seed=context.seed)
         self.gen = torch.Generator().manual_seed(context.seed)
 
-    def replay_loss(self, x, y):
+    def replay_loss(self, x, y, augment=None):
         # ER loss (Chaudhry et al. 2019, Alg. 1): cross-entropy over B_n ∪ B_M, the stream
-        # batch and an equal-size replay batch, in one forward pass.
+        # batch and an equal-size replay batch, in one forward pass. The memory holds raw views;
+        # replayed samples get the suite's augmentation like fresh ones (as PyCIL does).
         if len(self.buffer):
             mx, my = self.buffer.sample(len(y), self.gen)
-            x, y = torch.cat([x, mx]), torch.cat([y, my])
+            x, y = torch.cat([x, mx if augment is None else augment(mx)]), torch.cat([y, my])
         return self.cross_entropy(self.model(x), y)
 
     def learn(self, experience):
         self.labels.add(experience)
-        self.fit(experience.batches(epochs=self.context.epochs), self.replay_loss)
-        for x, y in experience.batches():     # one pass: each sample offered to the memory once
+        loss = functools.partial(self.replay_loss, augment=experience.augment) if experience.augmenting \
+            else self.replay_loss
+        self.fit(experience.batches(epochs=self.task_epochs()), loss)
+        for x, y in experience.batches(augment=False):   # one pass: each sample offered to the memory once
             self.buffer.add(x, y)
 
     def observe(self, batch):

@@ -20,5 +20,6 @@ class Joint(SupervisedMethod):
         self.store.add(experience.data)
         self.labels.epoch_steps = -(-len(self.store) // experience.batch_size)   # an epoch = the whole store
         gen = torch.Generator().manual_seed(experience.seed)
-        self.fit(batch for _ in range(self.context.epochs)
-                 for batch in self.store.batches(experience.batch_size, gen))
+        # the store batches raw views; each gets the suite's augmentation (identity when none)
+        self.fit((experience.augment(x), y) for _ in range(self.task_epochs())
+                 for x, y in self.store.batches(experience.batch_size, gen))

@@ -26,8 +26,8 @@ class NCM(SupervisedMethod):
         first = not self.labels.tasks
         self.labels.add(experience)
         if first and self.hp["train_backbone"] == "first-task":
-            self.fit(experience.batches(epochs=self.context.epochs))
-        for x, y in experience.batches(shuffle=False):
+            self.fit(experience.batches(epochs=self.task_epochs()))
+        for x, y in experience.batches(shuffle=False, augment=False):   # class means of raw views (iCaRL)
             self.sums.index_add_(0, y, F.normalize(self.features(x), dim=1))
             self.counts.index_add_(0, y, torch.ones_like(y, dtype=self.counts.dtype))
 

@@ -134,9 +134,11 @@ def add_entry(pool, entry: dict, datasets, data_root, download) -> list[str]:
     return pool.add(_entry_name(entry), source, data_root, download)
 
 
-def make_pool(entries, settings: dict, datasets, device, data_root=None, download=False):
+def make_pool(entries, settings: dict, datasets, device, data_root=None, download=False, augment="none"):
+    from .. import augment as augmentation
     from .pool import DataPool
     pool = DataPool(device, **settings)
+    pool.recipe = augmentation.get(augment)
     for entry in entries:
         add_entry(pool, entry, datasets, data_root, download)
     return pool
@@ -151,7 +153,7 @@ def build(spec: ScenarioSpec, datasets, seed, device, data_root=None, download=F
                          "items (collected from a suite file); set sequence = \"file.json\" to replay one")
     seq = seqmod.load(path)
     entries = spec.options["pool"] or [*seq["pool"], *seq.get("pool_growth", [])]
-    pool = make_pool(entries, seq["pool_settings"], datasets, device, data_root, download)
+    pool = make_pool(entries, seq["pool_settings"], datasets, device, data_root, download, spec.augment)
     return seqmod.replay(seq, pool, spec, seed, where=f"sequence {path}")
 
 
@@ -186,7 +188,7 @@ def run_search(suite_name: str, spec: ScenarioSpec, job: Job, hparams: dict, har
     random_order = job.use_case in ("random", "heldout")
     entries = o["heldout_pool"] if job.use_case == "heldout" else o["pool"]
     growth = [] if job.use_case == "heldout" else o["pool_growth"]
-    pool = make_pool(entries, settings, harness.datasets, device, data_root, download)
+    pool = make_pool(entries, settings, harness.datasets, device, data_root, download, spec.augment)
     cfg = search_config(spec, "random" if random_order else None)
     shape = SimpleNamespace(setting=Setting.CLASS_IL, num_classes=cfg.classes_per_task * cfg.steps,
                             input_shape=pool.input_shape, tasks=[])

@@ -52,6 +52,7 @@ class DataPool:
         self.device = torch.device(device)
         self.image_size = tuple(image_size) if image_size else None
         self.channels = channels
+        self.recipe = None   # clharness.augment recipe of every split served (set from the suite's augment)
         self.validation, self.seed = validation, seed
         self.max_train, self.max_test, self.probe_per_class = max_train_per_class, max_test_per_class, probe_per_class
         self.sources: list[_Source] = []
@@ -172,10 +173,10 @@ class DataPool:
             paths = [p for ds in pieces for p in ds.paths]
             joined = FileDataset(paths, torch.cat([ds.labels for ds in pieces]), list(names), "pool",
                                  self.image_size or (224, 224), 3)
-            return StreamData(joined, self.mean, self.std, self.device)
+            return StreamData(joined, self.mean, self.std, self.device, recipe=self.recipe)
         joined = ArrayDataset(torch.cat([ds.images for ds in pieces]), torch.cat([ds.labels for ds in pieces]),
                               list(names), "pool")
-        return TensorData(joined, self.mean, self.std, self.device)
+        return TensorData(joined, self.mean, self.std, self.device, recipe=self.recipe)
 
     def identity(self) -> str:
         return "cldyb-pool[" + "; ".join(s.identity for s in self.sources) + "]"

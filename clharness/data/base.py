@@ -92,7 +92,7 @@ class TensorData:
 
     def __init__(self, ds: ArrayDataset, mean: Sequence[float], std: Sequence[float],
                  device: torch.device | str = "cpu", image_size: tuple[int, int] | None = None,
-                 channels: int | None = None):
+                 channels: int | None = None, recipe=None):
         self.images = ds.images.to(device)
         self.labels = ds.labels.to(device)
         self.device = torch.device(device)
@@ -104,6 +104,9 @@ class TensorData:
         # (x/255 - mean)/std as one fused multiply-add on the hot path
         self._scale, self._shift = 1 / (255 * std), -mean / std
         self._resize = self.image_size != tuple(ds.images.shape[2:])
+        # clharness.augment: ``recipe`` (None = no augmentation) acts in the normalised space
+        self.recipe = recipe
+        self.frame = _frame(self._shift, self._scale)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -113,22 +116,43 @@ class TensorData:
         return (self.channels, *self.image_size)
 
     def prepare(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 (N, C, H, W) -> normalised float at the scenario's size and channel count."""
+        """uint8 (N, C, H, W) -> normalised float at the scenario's size and channel count
+        (through the recipe's test-time view where it defines one)."""
         x = images   # stays uint8 when nothing else is needed: addcmul promotes it in the same pass
         if x.shape[1] != self.channels:   # grey -> RGB replication (M2I), the only case allowed
             x = x.expand(-1, self.channels, -1, -1)
+        if self.recipe is not None and self.recipe.resizes:
+            return self.recipe.eval(torch.addcmul(self._shift, x, self._scale), self.frame, self.image_size)
         if self._resize:
             x = F.interpolate(x.float(), size=self.image_size, mode="bilinear", align_corners=False,
                               antialias=True)
         return torch.addcmul(self._shift, x, self._scale)
 
-    def batches(self, batch_size: int, shuffle: bool = False,
-                generator: torch.Generator | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def augmented(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """uint8 images -> a random training view under the recipe (normalised, at image_size)."""
+        if self.recipe.resizes:   # the recipe resamples native-size images itself: one interpolation
+            x = images.expand(-1, self.channels, -1, -1) if images.shape[1] != self.channels else images
+            return self.recipe.train(torch.addcmul(self._shift, x, self._scale), self.frame, self.image_size,
+                                     generator)
+        return self.recipe.train(self.prepare(images), self.frame, self.image_size, generator)
+
+    def augment(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """A random training view of an already prepared batch (replayed samples, second views)."""
+        if self.recipe is None:
+            return x
+        return self.recipe.train(x, self.frame, self.image_size, generator)
+
+    def batches(self, batch_size: int, shuffle: bool = False, generator: torch.Generator | None = None,
+                augment: torch.Generator | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Minibatches; with ``augment`` (the generator of the random draws) training views under
+        the recipe. Test and validation data are only ever batched without it."""
         n = len(self)
         order = torch.randperm(n, generator=generator).to(self.device) if shuffle else None
+        view = self.prepare if augment is None or self.recipe is None else \
+            (lambda images: self.augmented(images, augment))
         for start in range(0, n, batch_size):
             idx = order[start:start + batch_size] if order is not None else slice(start, start + batch_size)
-            yield self.prepare(self.images[idx]), self.labels[idx]
+            yield view(self.images[idx]), self.labels[idx]
 
 
 def decode_file(path: str, channels: int = 3) -> torch.Tensor:
@@ -163,12 +187,13 @@ class StreamData:
     """A file tree streamed through a DataLoader (decode + resize on CPU workers)."""
 
     # Starting workers costs more than decoding a batch or two, so tiny splits decode in-process.
-    def __init__(self, ds: FileDataset, mean, std, device="cpu", workers: int = 2):
-        self.ds, self.device, self.workers = ds, torch.device(device), workers
+    def __init__(self, ds: FileDataset, mean, std, device="cpu", workers: int = 2, recipe=None):
+        self.ds, self.device, self.workers, self.recipe = ds, torch.device(device), workers, recipe
         self.channels, self.image_size = ds.channels, tuple(ds.image_size)
         self._files = _FileImages(ds)
         self._mean = torch.tensor(_per_channel(mean, self.channels), device=device).view(1, -1, 1, 1)
         self._std = torch.tensor(_per_channel(std, self.channels), device=device).view(1, -1, 1, 1)
+        self.frame = _frame(-self._mean / self._std, 1 / (255 * self._std))
 
     def __len__(self) -> int:
         return len(self.ds)
@@ -181,7 +206,14 @@ class StreamData:
     def input_shape(self) -> tuple[int, int, int]:
         return self.ds.input_shape
 
-    def batches(self, batch_size: int, shuffle: bool = False, generator: torch.Generator | None = None):
+    def augment(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """A random training view of an already prepared batch (replayed samples, second views)."""
+        return x if self.recipe is None else self.recipe.train(x, self.frame, self.image_size, generator)
+
+    def batches(self, batch_size: int, shuffle: bool = False, generator: torch.Generator | None = None,
+                augment: torch.Generator | None = None):
+        """Decoded batches, normalised on the device; the recipe (train view with ``augment``, else
+        its test view) runs there on the whole batch, at the image size the workers resized to."""
         from torch.utils.data import DataLoader
         loader = DataLoader(self._files, batch_size=batch_size, shuffle=shuffle, generator=generator,
                             num_workers=self.workers if len(self) >= batch_size * self.workers else 0,
@@ -189,7 +221,18 @@ class StreamData:
                             persistent_workers=False)
         for images, labels in loader:
             x = images.to(self.device, non_blocking=True).float().div_(255)
-            yield (x - self._mean) / self._std, labels.to(self.device, non_blocking=True)
+            x = (x - self._mean) / self._std
+            if self.recipe is not None and augment is not None:
+                x = self.recipe.train(x, self.frame, self.image_size, augment)
+            elif self.recipe is not None and self.recipe.resizes:
+                x = self.recipe.eval(x, self.frame, self.image_size)
+            yield x, labels.to(self.device, non_blocking=True)
+
+
+def _frame(shift: torch.Tensor, scale: torch.Tensor):
+    """The augmentation frame of normalised data x = shift + scale * pixel (pixel in 0..255)."""
+    from ..augment import Frame
+    return Frame(shift, shift + 255 * scale)
 
 
 def _per_channel(values: Sequence[float], channels: int) -> list[float]:

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import augment
 from ..data import ArrayDataset, DatasetMissing, TensorData, load_split
 from ..method import Setting
 from ..suites import ScenarioSpec
@@ -142,6 +143,7 @@ def build(spec: ScenarioSpec, datasets, seed: int, device: torch.device,
     sources = spec.options["sources"]
     image_size = tuple(spec.image_size) if spec.image_size else (64, 64)
     channels = spec.channels or 3
+    recipe = augment.get(spec.augment)   # M2I's public code: none (scenarios/datasets/*)
     tasks, class_names, identities, counts = [], [], [], {}
     for t, name in enumerate(names):
         entry = sources.get(name) or DEFAULT_SOURCES[name]
@@ -159,7 +161,7 @@ def build(spec: ScenarioSpec, datasets, seed: int, device: torch.device,
         train_sub.labels = train_sub.labels + offset
         test_sub.labels = test_sub.labels + offset
         mean, std = train_sub.channel_stats()
-        wrap = [TensorData(ds, mean, std, device, image_size=image_size, channels=channels)
+        wrap = [TensorData(ds, mean, std, device, image_size=image_size, channels=channels, recipe=recipe)
                 for ds in (train_sub, test_sub)]
         if wrap[0].images.shape[1] not in (1, channels):
             raise ScenarioError(f"{where}: images have {wrap[0].images.shape[1]} channels; expected 1 or {channels}")

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import augment
 from ..data import ArrayDataset, DatasetSource, FileDataset, StreamData, TensorData, load_split
 from ..method import Experience, Setting
 from ..suites import ScenarioSpec
@@ -107,7 +108,9 @@ def build(spec: ScenarioSpec, source: DatasetSource, seed: int, device: torch.de
     # Normalisation from the train split's statistics, shared by all tasks and splits.
     mean, std = train_ds.channel_stats()
     image_size = tuple(spec.image_size) if spec.image_size else None
-    wrap = _wrapper(device, mean, std, image_size, spec.channels)
+    # the recipe rides on every split: its test-time view (if any) everywhere, its random training
+    # views only where a method asks an Experience (train data); the runner never asks for them
+    wrap = _wrapper(device, mean, std, image_size, spec.channels, augment.get(spec.augment))
     data_rng = np.random.default_rng([seed, 1])   # subsampling and validation draws, stable per seed
 
     tasks, start = [], 0
@@ -135,11 +138,11 @@ def build(spec: ScenarioSpec, source: DatasetSource, seed: int, device: torch.de
                     source.identity())
 
 
-def _wrapper(device, mean, std, image_size, channels):
+def _wrapper(device, mean, std, image_size, channels, recipe=None):
     def wrap(ds: ArrayDataset | FileDataset):
         if isinstance(ds, FileDataset):
             if image_size:
                 ds.image_size = image_size
-            return StreamData(ds, mean, std, device)
-        return TensorData(ds, mean, std, device, image_size=image_size, channels=channels)
+            return StreamData(ds, mean, std, device, recipe=recipe)
+        return TensorData(ds, mean, std, device, image_size=image_size, channels=channels, recipe=recipe)
     return wrap

@@ -61,6 +61,9 @@ def check(spec: ScenarioSpec) -> None:
     if unused:
         raise ValueError(f"{', '.join(unused)} do(es) not apply to an stf stream; use tasks = T (equivalent "
                          "tasks for mu_sigma and the disjoint stream's task count) and drop these keys")
+    if spec.augment != "none":   # STF section 4: "We have not used any data augmentation"
+        raise ValueError(f"augment = {spec.augment!r}: an stf stream trains without augmentation (the STF paper, "
+                         "section 4, uses none); remove the augment key or set augment = \"none\"")
     if opts["stream"] not in STREAMS:
         raise ValueError(f"stream = {opts['stream']!r}; allowed values: {', '.join(STREAMS)}")
     if opts["mu_sigma"] is None and spec.tasks is None:
