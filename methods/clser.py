@@ -1,0 +1,116 @@
+"""CLS-ER, complementary learning system experience replay (Arani, Sarfraz & Zonooz 2022, "Learning
+fast, learning slow", ICLR; reference: NeurAI-Lab/CLS-ER ``models/clser.py``).
+
+A working model trains by experience replay (reservoir memory) while two exponential moving
+averages of its weights act as semantic memories: a plastic one (frequent updates) and a stable
+one (rare updates). Each step:
+
+- for the memory minibatch (x_m, y_m), the EMA whose softmax gives y_m the higher probability
+  supplies the target logits Z (per sample; paper section 3.2, the selection criterion);
+- loss = CE(f([x; x_m]), [y; y_m]) + lambda * MSE(f(x_m), Z)  (paper eq. 1-2: L = L_CE + lambda L_CR);
+- after the optimizer step, with probability r_P (r_S) the plastic (stable) model moves towards the
+  working weights: theta_EMA <- a theta_EMA + (1 - a) theta_W with a = min(1 - 1/(step + 1), alpha_P/S)
+  (paper eq. 3 and Algorithm 1; the warm-up min() is the reference code's).
+
+Inference uses the stable model (paper section 3.3; the reference's best results).
+
+Defaults: the reference's ``utils/best_args.py`` for Seq-CIFAR-10 with 200 exemplars (the
+quickstart's shape: 5 tasks x 2 classes, 200 exemplars): SGD lr 0.1, lambda 0.15, r_S 0.1,
+alpha_S 0.999, r_P 0.3, alpha_P 0.999.
+
+Deliberate differences from the reference:
+- the EMA models also copy the working model's buffers (BatchNorm running statistics) at each of
+  their updates; the reference averages parameters only, leaving the EMA models' BatchNorm
+  statistics at their initial values;
+- the update draws use the method's own seeded generator (reproducible snapshots), not the global RNG;
+- no augmentation of replayed samples beyond what the experience's batches carry (the reference
+  re-augments memory samples with its dataset transform);
+- in task-incremental settings the CE competes within each sample's task (``TaskLabels``).
+"""
+import copy
+
+import torch
+import torch.nn.functional as F
+
+import clharness as clh
+from clharness.buffers import ReservoirBuffer
+from clharness.training import SupervisedMethod, Trainer, optimizer_space
+
+
+class CLSER(SupervisedMethod):
+    name = "clser"
+    settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.ONLINE})
+    hparams = {**optimizer_space(lr=0.1),
+               "reg_weight": clh.Float(0.0, 10.0, default=0.15),                    # lambda
+               "stable_update_freq": clh.Float(0.0, 1.0, default=0.1),              # r_S
+               "stable_decay": clh.Float(0.0, 1.0, default=0.999),                  # alpha_S
+               "plastic_update_freq": clh.Float(0.0, 1.0, default=0.3),             # r_P
+               "plastic_decay": clh.Float(0.0, 1.0, default=0.999)}                 # alpha_P
+
+    def __init__(self, context, **hparams):
+        super().__init__(context, **hparams)
+        if context.memory_size <= 0:
+            raise clh.MethodError("clser needs a replay memory: set memory_size > 0 in the suite")
+        self.buffer = ReservoirBuffer(context.memory_size, seed=context.seed)
+        # both semantic memories start as copies of the working model (reference: deepcopy of net)
+        self.plastic_model = copy.deepcopy(self.model).requires_grad_(False)
+        self.stable_model = copy.deepcopy(self.model).requires_grad_(False)
+        self.gen = torch.Generator().manual_seed(context.seed)
+        self.global_step = 0
+        self.trainer = None
+
+    def loss(self, x, y):
+        loss = 0.0
+        if len(self.buffer):
+            mx, my = self.buffer.sample(len(y), self.gen)
+            with torch.no_grad():
+                self.stable_model.train(), self.plastic_model.train()   # as the reference: train mode
+                stable, plastic = self.stable_model(mx).float(), self.plastic_model(mx).float()
+                rows = torch.arange(len(my), device=my.device)
+                pick_stable = (F.softmax(stable, 1)[rows, my] > F.softmax(plastic, 1)[rows, my])[:, None]
+                target = torch.where(pick_stable, stable, plastic)
+            loss = self.hp["reg_weight"] * F.mse_loss(self.model(mx).float(), target)
+            x, y = torch.cat([x, mx]), torch.cat([y, my])
+        return loss + self.cross_entropy(self.model(x), y)
+
+    @torch.no_grad()
+    def ema_update(self, ema: torch.nn.Module, decay: float) -> None:
+        """theta_EMA <- a theta_EMA + (1 - a) theta_W, a = min(1 - 1/(step + 1), decay) (eq. 3)."""
+        a = min(1.0 - 1.0 / (self.global_step + 1), decay)
+        for e, w in zip(ema.parameters(), self.model.parameters()):
+            e.mul_(a).add_(w.detach(), alpha=1.0 - a)
+        for e, w in zip(ema.buffers(), self.model.buffers()):
+            e.copy_(w)
+
+    def step(self, x, y):
+        self.model.train()
+        self.trainer.step(self.loss, x, y)
+        self.buffer.add(x, y)
+        self.global_step += 1
+        # Algorithm 1: each EMA is updated with its own probability after every step
+        if torch.rand(1, generator=self.gen).item() < self.hp["plastic_update_freq"]:
+            self.ema_update(self.plastic_model, self.hp["plastic_decay"])
+        if torch.rand(1, generator=self.gen).item() < self.hp["stable_update_freq"]:
+            self.ema_update(self.stable_model, self.hp["stable_decay"])
+
+    def learn(self, experience):
+        self.labels.add(experience)
+        self.trainer = Trainer.for_method(self)
+        for x, y in experience.batches(epochs=self.context.epochs):
+            self.step(x, y)
+        self.trainer.check()
+
+    def observe(self, batch):
+        self.trainer = self.trainer or Trainer.for_method(self)
+        self.step(batch.x, batch.y)
+
+    @torch.no_grad()
+    def predict(self, x, task_id=None):
+        self.stable_model.eval()
+        with torch.autocast("cuda", dtype=torch.float16, enabled=self.context.amp and x.is_cuda):
+            return self.stable_model(x).float()
+
+    @torch.no_grad()
+    def features(self, x):
+        self.stable_model.eval()
+        return self.stable_model.features(x).float()
