@@ -82,3 +82,56 @@ def test_memory_and_time_are_recorded(harness):
     assert record.parameters == params
     assert record.memory_mb == pytest.approx(4 * params / 2**20)
     assert record.train_seconds > 0 and record.eval_seconds > 0 and record.peak_rss_mb > 0
+
+
+class Memorizer(clh.Method):
+    """Predicts the stored label of a training image it has seen, class 0 for any other image:
+    accuracy 1 on train data, the share of class 0 (plus exact duplicates) on unseen test data."""
+    name = "memorizer"
+
+    def __init__(self, context, **hp):
+        super().__init__(context, **hp)
+        self.x, self.y = torch.empty(0, 64), torch.empty(0, dtype=torch.long)
+
+    def learn(self, experience):
+        for x, y in experience.batches(epochs=1):
+            self.x, self.y = torch.cat([self.x, x.flatten(1)]), torch.cat([self.y, y])
+
+    def predict(self, x, task_id=None):
+        dist, nearest = torch.cdist(x.flatten(1), self.x).min(1)
+        logits = torch.zeros(len(x), self.context.num_classes)
+        hit = dist < 0.05   # the same image (normalised on two code paths, rounding differs by < 0.01)
+        logits[hit, self.y[nearest[hit]]] = 1.0
+        return logits
+
+
+def test_accuracy_matrix_scores_each_task_on_its_test_split_not_its_train_split(harness):
+    from clharness.method import Context
+    from clharness.results import RunRecord
+    from clharness.runner import accuracy, task_protocol
+    from clharness.scenarios import build_scenario
+    scenario = build_scenario(spec(), harness.datasets, 0, torch.device("cpu"))
+    method = Memorizer(Context(scenario.setting, scenario.num_classes, scenario.input_shape))
+    record = RunRecord("t", "s", "memorizer", 0)
+    task_protocol(method, scenario, torch.device("cpu"), record)
+    R = np.array(record.acc_matrix)
+    for j, task in enumerate(scenario.tasks):   # what the matrix must hold, by hand
+        train = accuracy(method, task.train, None, scenario.num_classes, torch.device("cpu"), "end")
+        assert train == 1.0                    # it memorised the train split ...
+        correct = n = 0
+        for x, y in task.test.batches(64):
+            correct += int((method.predict(x).argmax(1) == y).sum())
+            n += len(y)
+        assert R[4, j] == pytest.approx(correct / n)   # ... and R holds its test accuracy
+    assert R[np.tril_indices(5)].max() <= 0.55   # 0.5 on the task holding class 0, 0 elsewhere; 1.0 on train data
+
+
+def test_record_key_changes_when_the_method_version_is_bumped(monkeypatch):
+    """A version bump must redo stored runs: the version is part of the content hash."""
+    from clharness.runner import case_key
+    case = Case("t", spec(), "tiny", 0, {"lr": 0.1})
+    before = case_key(case, plugin_methods.Tiny)
+    assert case_key(case, plugin_methods.Tiny) == before          # deterministic
+    monkeypatch.setattr(plugin_methods.Tiny, "version", "2")
+    assert case.definition(plugin_methods.Tiny, {})["method_version"] == "2"
+    assert case_key(case, plugin_methods.Tiny) != before
