@@ -1,0 +1,97 @@
+"""Expansion-based class-incremental baselines (DER, FOSTER, MEMO) on the quickstart digits split:
+the structural property each paper states (what grows, what stays frozen, what is compressed),
+that each beats fine-tuning clearly over three seeds, and that snapshots and memory reports see
+every branch."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+import clharness as clh
+from clharness.backbones import MLP
+from test_methods_reference import METHODS, accuracy, context, digits, split  # noqa: F401 (fixture)
+
+SEEDS = (0, 1, 2)
+EPOCHS = 4
+
+
+def params(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+BACKBONE = params(MLP((1, 8, 8)))
+HEAD_COLUMNS = MLP((1, 8, 8)).out_dim * 10      # one backbone's columns of the 10-class head
+
+
+def learn_tasks(name, digits, seed=0, n=None, epochs=EPOCHS, **hp):
+    """The method after each of the first ``n`` tasks (a generator of (method, tasks, tests))."""
+    tasks, exps, tests = split(digits, seed)
+    torch.manual_seed(seed)
+    method = METHODS[name](context(seed, epochs=epochs), **hp)
+    for exp in exps[:n]:
+        method.learn(exp)
+        yield method, tasks, tests
+
+
+def final_accuracy(name, digits, seed):
+    method, tasks, tests = list(learn_tasks(name, digits, seed))[-1]
+    return accuracy(method, tasks, tests)
+
+
+@pytest.fixture(scope="module")
+def finetune_acc(digits):
+    return [final_accuracy("finetune", digits, s) for s in SEEDS]
+
+
+def assert_beats_finetune(name, digits, finetune_acc, margin=0.3):
+    acc = [final_accuracy(name, digits, s) for s in SEEDS]
+    print(f"\n{name} final class-IL accuracy {np.round(acc, 3)} vs finetune {np.round(finetune_acc, 3)}")
+    assert min(acc) > max(finetune_acc) + margin, (acc, finetune_acc)
+
+
+def assert_clone_is_independent(method, tasks, tests, exp):
+    """A clone predicts like the original, and training the clone leaves the original untouched."""
+    x = next(iter(tests[0].batches(64)))[0]
+    before = method.predict(x).clone()
+    twin = method.clone()
+    assert torch.equal(twin.predict(x), before)
+    twin.learn(exp)
+    assert torch.equal(method.predict(x), before)
+    assert twin.memory_report().parameters >= method.memory_report().parameters
+
+
+# --- DER --------------------------------------------------------------------------------------------
+
+def test_der_grows_one_backbone_per_task_and_freezes_the_old_ones(digits):
+    counts, frozen = [], None
+    for t, (method, _, _) in enumerate(learn_tasks("der", digits, n=4, epochs=1)):
+        counts.append(method.memory_report().parameters)
+        assert len(method.model.branches) == t + 1
+        if t == 1:   # the first backbone after task 2, to compare after tasks 3 and 4
+            frozen = copy.deepcopy(method.model.branches[0].state_dict())
+        if t >= 2:
+            for k, v in method.model.branches[0].state_dict().items():
+                assert torch.equal(v, frozen[k]), k
+    # each task adds one backbone and its columns of the head (the auxiliary head keeps its size)
+    assert np.diff(counts).tolist() == [BACKBONE + HEAD_COLUMNS] * 3
+    assert method.memory_report().exemplars == 200
+
+
+def test_der_auxiliary_targets_put_every_old_class_in_one_bin(digits):
+    method, tasks, _ = list(learn_tasks("der", digits, n=2, epochs=1))[-1]
+    y = torch.tensor([*tasks[0], *tasks[1]])
+    assert method.aux_targets(y).tolist() == [0, 0, 1, 2]
+    assert method.aux_head.out_features == len(tasks[1]) + 1
+
+
+def test_der_beats_finetune(digits, finetune_acc):
+    assert_beats_finetune("der", digits, finetune_acc)
+
+
+def test_der_clone_and_memory_report(digits):
+    tasks, exps, tests = split(digits, 0)
+    method = METHODS["der"](context(0, epochs=1))
+    for exp in exps[:2]:
+        method.learn(exp)
+    assert_clone_is_independent(method, tasks, tests, exps[2])
