@@ -64,3 +64,44 @@ def test_coda_prompt_learns_and_checks_its_settings(data):
         assert "pool_size=2 gives no component to each of 3 tasks" in str(e)
     else:
         raise AssertionError("a pool smaller than the task count must be refused")
+
+
+def test_aper_prototypes_live_on_concatenated_frozen_and_adapted_features(data):
+    method = METHODS["aper"](context(epochs=2), ffn_num=16, lr=0.1)
+    vit = method.frozen.backbone.model
+    w0 = vit.blocks[0].mlp.fc1.weight.clone()
+    exps = experiences(data)
+    method.learn(exps[0])
+    adapters = [p.detach().clone() for p in method.adapted.backbone.adapters.parameters()]
+    ups = [p for n, p in method.adapted.backbone.adapters.named_parameters() if n.endswith("up.weight")]
+    assert len(ups) == 2 and all(p.abs().sum() > 0 for p in ups)        # zero-initialised, then trained
+    for exp in exps[1:]:
+        method.learn(exp)
+    assert all(torch.equal(a, b) for a, b in zip(adapters, method.adapted.backbone.adapters.parameters()))
+    assert torch.equal(vit.blocks[0].mlp.fc1.weight, w0)               # the pretrained ViT never moves
+    assert method.sums.shape == (CLASSES, 2 * 192)
+    # by hand: prototype = mean of [frozen(x), adapted(x)] over the class's training images
+    x, y = next(data[1][1].batches(1000, shuffle=False))
+    frozen, adapted = method.frozen.backbone(x), method.adapted.backbone(x)
+    assert (frozen - adapted).abs().max() > 1e-5                       # the adapted branch differs
+    feats = torch.cat([frozen, adapted], 1)
+    proto = feats[y == 3].mean(0)
+    torch.testing.assert_close(method.sums[3] / method.counts[3], proto, rtol=1e-4, atol=1e-4)
+    logits = method.predict(x[:4])
+    torch.testing.assert_close(logits[:, 3], F.cosine_similarity(feats[:4], proto[None]), rtol=1e-4, atol=1e-4)
+    assert accuracy(method, data) > 0.8
+
+
+def test_aper_finetune_and_vpt_variants_adapt_a_private_model(data):
+    exps = experiences(data)
+    tuned = METHODS["aper"](context(epochs=1), adapter="finetune")
+    tuned.learn(exps[0])
+    assert tuned.adapted.backbone is not tuned.frozen.backbone
+    moved = [k for k, v in tuned.adapted.backbone.state_dict().items()
+             if not torch.equal(v, tuned.frozen.backbone.state_dict()[k])]
+    assert len(moved) > 10                                               # every weight could move
+    for kind, shape in (("vpt_deep", (2, 3, 192)), ("vpt_shallow", (1, 3, 192))):
+        vpt = METHODS["aper"](context(epochs=1), adapter=kind, prompt_token_num=3)
+        vpt.learn(exps[0])
+        assert vpt.adapted.backbone.vpt.shape == shape and vpt.adapted.backbone.vpt.abs().sum() > 0
+        assert vpt.features(next(data[2][0].batches(4, shuffle=False))[0]).shape == (4, 384)

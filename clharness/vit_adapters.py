@@ -1,0 +1,121 @@
+"""Parameter-efficient tuning (PET) modules for a frozen timm ``VisionTransformer``, built on the
+model's own blocks so its weights stay shared (the prompt counterpart is ``vit_prompts``):
+
+- ``Adapter``: a bottleneck MLP x -> s * up(act(down(x))), the up-projection zero-initialised so a
+  new adapter starts as the identity of the frozen model (AdaptFormer, Chen et al. 2022; the
+  "lora" init of the APER/EASE code: down kaiming-uniform, up and biases zero);
+- ``adapted_blocks``: every block with optional parallel adapters beside its MLP (AdaptFormer's
+  ``ffn_option="parallel"``: x + MLP(LN(x)) + adapter(x), the adapter reading the residual stream)
+  and/or beside its attention (LAE's attention adapter: x + Attn(LN(x)) + adapter(LN(x)));
+- ``AdaptedViT``: the [CLS] feature of the frozen ViT with one fixed set of adapters and/or VPT
+  prompt tokens, an ``out_dim`` feature extractor that ``FrozenFeatures`` can cache once trained.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .vit_prompts import embed, insert_prompts
+
+
+class Adapter(nn.Module):
+    """Bottleneck adapter; ``scale`` None = a learnable scalar initialised at 1 (LAE's Scaler)."""
+
+    def __init__(self, dim: int, bottleneck: int, scale: float | None = 0.1, dropout: float = 0.0,
+                 activation: type[nn.Module] = nn.ReLU):
+        super().__init__()
+        self.down = nn.Linear(dim, bottleneck)
+        self.act = activation()
+        self.up = nn.Linear(bottleneck, dim)
+        self.dropout = dropout
+        if scale is None:
+            self.scale = nn.Parameter(torch.ones(()))
+        else:
+            self.register_buffer("scale", torch.tensor(float(scale)), persistent=False)
+        with torch.no_grad():
+            nn.init.kaiming_uniform_(self.down.weight, a=math.sqrt(5))
+            nn.init.zeros_(self.down.bias)
+            nn.init.zeros_(self.up.weight)
+            nn.init.zeros_(self.up.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.dropout(self.act(self.down(x)), self.dropout, self.training)
+        return self.up(h) * self.scale
+
+
+def adapter_set(depth: int, dim: int, bottleneck: int, **options) -> nn.ModuleList:
+    """One adapter per block."""
+    return nn.ModuleList(Adapter(dim, bottleneck, **options) for _ in range(depth))
+
+
+def adapted_block(block: nn.Module, x: torch.Tensor, ffn: nn.Module | None = None,
+                  attn: nn.Module | None = None) -> torch.Tensor:
+    """timm ``Block.forward`` with a parallel adapter beside the MLP and/or beside the attention."""
+    if ffn is None and attn is None:
+        return block(x)
+    h = block.norm1(x)
+    a = block.attn(h)
+    if attn is not None:
+        a = a + attn(h)
+    x = x + block.drop_path1(block.ls1(a))
+    out = x + block.drop_path2(block.ls2(block.mlp(block.norm2(x))))
+    return out + ffn(x) if ffn is not None else out
+
+
+def adapted_blocks(vit: nn.Module, tokens: torch.Tensor, ffn: nn.ModuleList | None = None,
+                   attn: dict[int, nn.Module] | None = None, deep_prompts: torch.Tensor | None = None
+                   ) -> torch.Tensor:
+    """Every block with its adapters (``ffn[i]``, ``attn[i]`` where given) and, for deep VPT,
+    ``deep_prompts[i]`` (n, D) inserted after [CLS] before block i and dropped after it; final norm."""
+    attn = attn or {}
+    for i, block in enumerate(vit.blocks):
+        if deep_prompts is not None:
+            n = deep_prompts.shape[1]
+            tokens = insert_prompts(tokens, deep_prompts[i].expand(len(tokens), -1, -1))
+        tokens = adapted_block(block, tokens, ffn[i] if ffn is not None else None, attn.get(i))
+        if deep_prompts is not None:
+            tokens = torch.cat([tokens[:, :1], tokens[:, 1 + n:]], 1)
+    return vit.norm(tokens)
+
+
+class AdaptedViT(nn.Module):
+    """Features of a (shared, frozen) ViT with one set of adapters and/or VPT prompts.
+    ``vpt``: (depth, n, D) deep prompts (one set per block) or (1, n, D) shallow prompts (inserted
+    once at the input and kept through the blocks); prompt outputs never reach the pooled feature."""
+
+    def __init__(self, vit: nn.Module, adapters: nn.ModuleList | None = None, vpt: torch.Tensor | None = None,
+                 deep: bool = True):
+        super().__init__()
+        self.vit = vit
+        self.adapters = adapters
+        self.vpt = vpt if vpt is None or isinstance(vpt, nn.Parameter) else nn.Parameter(vpt)
+        self.deep = deep
+        if vpt is not None and deep and len(vpt) != len(vit.blocks):
+            raise ValueError(f"deep VPT needs one prompt set per block ({len(vit.blocks)}), got {len(vpt)}")
+        self.out_dim = vit.embed_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        vit, tokens = self.vit, embed(self.vit, x)
+        deep = self.vpt if self.vpt is not None and self.deep else None
+        shallow = self.vpt if self.vpt is not None and not self.deep else None
+        if shallow is not None:
+            tokens = insert_prompts(tokens, shallow[0].expand(len(x), -1, -1))
+        out = adapted_blocks(vit, tokens, self.adapters, deep_prompts=deep)
+        if shallow is not None:
+            out = torch.cat([out[:, :1], out[:, 1 + shallow.shape[1]:]], 1)
+        return vit.forward_head(out, pre_logits=True)
+
+
+class CosineClassifier(nn.Module):
+    """sigma * cos(f, w_c), sigma learnable from 1 (the CosineLinear of the APER/EASE code)."""
+
+    def __init__(self, dim: int, classes: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(classes, dim).uniform_(-1 / math.sqrt(dim), 1 / math.sqrt(dim)))
+        self.sigma = nn.Parameter(torch.ones(()))
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        return self.sigma * F.normalize(f, dim=1) @ F.normalize(self.weight, dim=1).T
