@@ -111,6 +111,56 @@ def test_select_best_is_the_highest_mean_harmonic_mean_and_skips_diverged_config
     assert gtep.select_best({0: [rec(0, 0, "diverged")]})[0] is None
 
 
+def _phase_records():
+    """Three methods whose tuning-phase ranking (a > b > c) the evaluation phase reverses (c > b > a).
+    Two configurations each; c1 wins tuning for every method; two trials per phase."""
+    def rec(method, scenario, seed, acc, lr):
+        return RunRecord("g", scenario, method, seed, status="passed", hparams={"lr": lr}, parameters=100,
+                         metrics={"final_acc": acc, "avg_inc_acc": acc}, train_seconds=1.0, eval_seconds=0.5)
+    tune = {"a": 0.9, "b": 0.8, "c": 0.7}
+    evals = {"a": (0.40, 0.44), "b": (0.50, 0.54), "c": (0.60, 0.64)}
+    records = []
+    for m in "abc":
+        for seed in (0, 1):
+            records.append(rec(m, "s:tune-c0", seed, tune[m] - 0.2, 0.01))
+            records.append(rec(m, "s:tune-c1", seed, tune[m], 0.1))
+            records.append(rec(m, "s:eval", seed, evals[m][seed], 0.1))
+    return records
+
+
+def test_gtep_summary_and_table_hold_the_hand_computed_values():
+    frame = gtep.summarize(_phase_records())
+    rows = frame.set_index("method")
+    assert list(frame.method) == ["c", "b", "a"]                        # ranked by the evaluation phase
+    assert rows.loc["a", "config"] == 1 and rows.loc["a", "tune_acc"] == pytest.approx(0.9)
+    assert rows.loc["c", "eval_acc"] == pytest.approx(0.62) and rows.loc["a", "gap"] == pytest.approx(0.9 - 0.42)
+    # 95% t-interval of two trials 0.60, 0.64: t(0.975, 1) * 0.02828 / sqrt(2) = 12.706 * 0.02 = 0.254
+    assert rows.loc["c", "eval_acc_ci"] == pytest.approx(12.7062 * 0.02, rel=1e-4)
+    # the tuning ranking is reversed: Kendall tau -1 between the phases, not 1 (a ranking with itself)
+    tau = gtep.ranking_change(frame)[("g", "s")]
+    assert tau["kendall"] == pytest.approx(-1.0) and tau["spearman"] == pytest.approx(-1.0)
+    text = gtep.render(frame, fmt="github")
+    assert "(Kendall tau, tuning vs evaluation ranking: -1.000; ranking changes)" in text
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+             if line.startswith("| ") and not line.startswith("| rank")]
+    assert [r[:5] for r in table] == [["1", "c", "0.700", "0.620 ± 0.254", "+0.080"],   # equal tuning trials: no ±
+                                      ["2", "b", "0.800", "0.520 ± 0.254", "+0.280"],
+                                      ["3", "a", "0.900", "0.420 ± 0.254", "+0.480"]]
+    assert [r[10] for r in table] == ["3", "2", "1"]                   # tune rank
+    assert all(r[14] == "c1: lr=0.1" for r in table)                  # chosen H*
+
+
+def test_identical_phase_rankings_give_tau_one():
+    records = [r for r in _phase_records() if r.scenario != "s:eval"]
+    for r in _phase_records():
+        if r.scenario == "s:eval":
+            r.metrics = {"final_acc": {"a": 0.6, "b": 0.5, "c": 0.4}[r.method] + 0.01 * r.seed, "avg_inc_acc": 0.5}
+            records.append(r)
+    frame = gtep.summarize(records)
+    assert gtep.ranking_change(frame)[("g", "s")]["kendall"] == pytest.approx(1.0)
+    assert "ranking unchanged" in gtep.render(frame)
+
+
 @pytest.fixture
 def run(pytester):
     pytester.syspathinsert(Path(__file__).parent)

@@ -153,6 +153,23 @@ def test_disjoint_order_is_tasks_of_equal_class_groups():
     assert np.all(np.diff(task) >= 0) and sorted(np.bincount(task) // 2) == [3] * 1 + [4] * 11
 
 
+def test_disjoint_order_shuffles_instances_within_each_task():
+    """Within a task the instances come in random order, not in dataset order: the rank correlation
+    between an instance's place in its task block and its place in the dataset is ~0 (1.0 when the
+    task's instances keep dataset order), and a two-class task alternates between its classes."""
+    labels = _labels([20] * 6)                      # dataset sorted by class
+    taus, switches = [], []
+    for seed in range(20):
+        order = streams.disjoint_order(labels, tasks=3, seed=seed)
+        for block in order.reshape(3, 40):
+            taus.append(stats.kendalltau(np.arange(40), block).statistic)
+            switches.append(np.count_nonzero(np.diff(labels[block])))
+    # random order: tau ~ N(0, 0.11) per block, so the mean |tau| of 60 blocks is ~0.09
+    assert np.mean(np.abs(taus)) < 0.2
+    # 20 + 20 instances in random order: expected 2*20*20/40 = 20 class switches (sorted: 1)
+    assert abs(np.mean(switches) - 20.0) < 1.5
+
+
 def test_chunk_frequencies_rows_sum_to_one():
     f = streams.chunk_frequencies(np.array([0, 0, 1, 1, 2, 2, 2, 0]), 3, chunks=4)
     assert f.shape == (4, 3)
