@@ -95,3 +95,54 @@ def test_der_clone_and_memory_report(digits):
     for exp in exps[:2]:
         method.learn(exp)
     assert_clone_is_independent(method, tasks, tests, exps[2])
+
+
+# --- FOSTER -----------------------------------------------------------------------------------------
+
+def test_foster_class_balanced_weights_follow_the_effective_number():
+    from clharness_methods.foster import class_balanced_weights
+    w = class_balanced_weights(torch.tensor([20, 100]), 0.9)
+    raw = torch.tensor([0.1 / (1 - 0.9 ** 20), 0.1 / (1 - 0.9 ** 100)])
+    assert torch.allclose(w, raw / raw.sum() * 2)
+    assert w[0] > w[1] and torch.isclose(w.sum(), torch.tensor(2.0))     # rarer class, larger weight
+    assert torch.allclose(class_balanced_weights(torch.tensor([5, 50, 500]), 0.0), torch.ones(3))
+
+
+def test_foster_balanced_kd_reweights_the_teacher_by_class():
+    from clharness_methods.foster import balanced_kd
+    teacher = torch.zeros(1, 2)                                # p_teacher = [0.5, 0.5]
+    student = torch.tensor([[0.0, 1.0]])
+    s = torch.tensor([0.25, 0.75])                             # [0.5, 0.5] * [1, 3], renormalised
+    expected = -(s * torch.log_softmax(student / 2, 1)).sum()
+    assert torch.isclose(balanced_kd(student, teacher, torch.tensor([1.0, 3.0]), 2.0), expected)
+    uniform = balanced_kd(student, teacher, torch.ones(2), 2.0)   # equal weights: plain KD
+    assert torch.isclose(uniform, -(0.5 * torch.log_softmax(student / 2, 1)).sum())
+
+
+def test_foster_boosts_to_two_backbones_then_compresses_back_to_one(digits):
+    head = MLP((1, 8, 8)).out_dim * 10 + 10
+    during = []
+    for t, (method, _, _) in enumerate(learn_tasks("foster", digits, n=3, epochs=1)):
+        if t == 0:
+            compress = method.compress
+            def recording(experience, teacher, compress=compress):
+                during.append((len(teacher.branches), method.memory_report().parameters))
+                return compress(experience, teacher)
+            method.compress = recording
+        # after every task: one backbone and its head, nothing else kept
+        assert len(method.model.branches) == 1 and method.fe_head is None and method.old_head is None
+        assert method.memory_report().parameters == BACKBONE + head
+    # while boosting: old + new backbone, the head over both, the FE head and the old head
+    assert during == [(2, 2 * BACKBONE + (2 * head - 10) + head + head)] * 2
+
+
+def test_foster_beats_finetune(digits, finetune_acc):
+    assert_beats_finetune("foster", digits, finetune_acc)
+
+
+def test_foster_clone_and_memory_report(digits):
+    tasks, exps, tests = split(digits, 0)
+    method = METHODS["foster"](context(0, epochs=1))
+    for exp in exps[:2]:
+        method.learn(exp)
+    assert_clone_is_independent(method, tasks, tests, exps[2])
