@@ -181,8 +181,14 @@ class ClhSession:
     def store(self):
         if self._store is None:
             from .results import ResultsStore
-            self._store = ResultsStore(self.config.getoption("clh_results"))
+            self._store = ResultsStore(self.config.getoption("clh_results"), on_unreadable=_note)
         return self._store
+
+    def pytest_unconfigure(self, config) -> None:
+        """Close the store (checkpointing its WAL): the .sqlite file alone then holds every record."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
     # --- plugins: every pytest plugin (conftest.py, -p module) with clharness hooks joins ---
     def pytest_plugin_registered(self, plugin, plugin_name) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import json
 import sqlite3
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -36,7 +37,9 @@ def load_records(path: str | Path, suites: Sequence[str] = ()) -> list[RunRecord
     with open(path, "rb") as fh:
         if fh.read(16) != _SQLITE_MAGIC:
             raise ReportError(f"results store {path} is not an SQLite file (is it a scorecard .md/.json/.csv?)")
-    store = ResultsStore(path)   # raises StoreError for other SQLite files or newer schemas
+    # raises StoreError for other SQLite files or newer schemas; a row that is not a record is
+    # skipped and named once on stderr (stdout stays the report)
+    store = ResultsStore(path, on_unreadable=lambda message: print(f"clharness: {message}", file=sys.stderr))
     try:
         records = store.records()
     except sqlite3.DatabaseError as exc:   # a damaged file can open and still fail to read

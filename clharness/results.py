@@ -6,9 +6,10 @@ import json
 import math
 import sqlite3
 import time
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 STATUSES = ("passed", "failed", "diverged", "error", "not-applicable")
 
@@ -91,16 +92,50 @@ class StoreError(RuntimeError):
     """A results store that cannot be used as it is; the file is left untouched."""
 
 
+class UnreadableRecord(UserWarning):
+    """A row of the store whose payload is not a run record (skipped; its run is redone if needed)."""
+
+
+def decode_record(payload: Any) -> RunRecord:
+    """A stored payload -> RunRecord, or ValueError saying why it is not one. Payloads are only ever
+    parsed as JSON text (UTF-8), never unpickled or evaluated."""
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        try:
+            payload = bytes(payload).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"binary data, not UTF-8 text (starts {bytes(payload[:8])!r}; a pickle or "
+                             "another program's blob?)") from None
+    if not isinstance(payload, str):
+        raise ValueError(f"a {type(payload).__name__} value, not record JSON text")
+    try:
+        data = json.loads(payload)
+    except ValueError as exc:
+        raise ValueError(f"not JSON (truncated or foreign text: {exc})") from None
+    try:
+        if not isinstance(data, dict) or not isinstance(data.get("metrics", {}), dict):
+            raise TypeError("not a JSON object with the record's fields")
+        return RunRecord.from_json(payload)
+    except (TypeError, AttributeError, KeyError) as exc:
+        raise ValueError(f"JSON, but not a clharness run record ({exc})") from None
+
+
 class ResultsStore:
     """Run records in SQLite, keyed by the run's content hash.
 
     WAL mode and one short ``BEGIN IMMEDIATE`` transaction per record, so pytest-xdist workers
     and concurrent sessions can write the same file; a crash (even ``kill -9``) loses at most
-    the run in flight.
+    the run in flight. ``close()`` checkpoints the WAL, so the .sqlite file alone holds everything.
+
+    A row whose payload is not a run record (another program's blob, a truncated write) is
+    skipped wherever records are read, reported once per key through ``on_unreadable(message)``
+    (default: a ``UnreadableRecord`` warning) and listed in ``unreadable``; ``reusable`` treats it
+    as absent, so its run is redone and the row replaced.
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, on_unreadable: Callable[[str], None] | None = None):
         self.path = Path(path)
+        self.unreadable: dict[str, str] = {}   # key -> why its payload is not a record
+        self._on_unreadable = on_unreadable or (lambda message: warnings.warn(UnreadableRecord(message), stacklevel=3))
         self._check_file()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -176,20 +211,31 @@ class ResultsStore:
                        (record.key, record.suite, record.scenario, record.method, record.seed, record.status,
                         record.finished_at, record.to_json()))
 
+    # Payloads are read as raw bytes (CAST ... AS BLOB): sqlite3 would raise on non-UTF-8 TEXT itself.
     def get(self, key: str) -> RunRecord | None:
-        row = self._db.execute("SELECT record FROM runs WHERE key = ?", (key,)).fetchone()
-        return RunRecord.from_json(row[0]) if row else None
+        row = self._db.execute("SELECT key, CAST(record AS BLOB) FROM runs WHERE key = ?", (key,)).fetchone()
+        return self._decode(*row) if row else None
+
+    def _decode(self, key: str, payload: Any) -> RunRecord | None:
+        try:
+            return decode_record(payload)
+        except ValueError as exc:
+            if key not in self.unreadable:
+                self.unreadable[key] = str(exc)
+                self._on_unreadable(f"results store {self.path}: row {key!r} is unreadable: {exc}. Skipped; "
+                                    "a case that needs it runs again")
+            return None
 
     def reusable(self, key: str) -> RunRecord | None:
         record = self.get(key)
         return record if record is not None and record.status in REUSABLE else None
 
     def records(self, suite: str | None = None, keys: Iterable[str] | None = None) -> list[RunRecord]:
-        sql, args = "SELECT record FROM runs", []
+        sql, args = "SELECT key, CAST(record AS BLOB) FROM runs", []
         if suite is not None:
             sql, args = sql + " WHERE suite = ?", [suite]
         rows = self._db.execute(sql + " ORDER BY rowid", args).fetchall()
-        out = [RunRecord.from_json(r[0]) for r in rows]
+        out = [r for r in (self._decode(key, payload) for key, payload in rows) if r is not None]
         if keys is not None:
             wanted = set(keys)
             out = [r for r in out if r.key in wanted]
@@ -199,4 +245,8 @@ class ResultsStore:
         return self._db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
 
     def close(self) -> None:
+        """Checkpoint the WAL into the main file, then close: copying or uploading the .sqlite file
+        alone then loses nothing. Where another connection (an xdist worker) still reads, the
+        checkpoint stops short and the last connection to close completes it."""
+        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         self._db.close()
