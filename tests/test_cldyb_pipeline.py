@@ -161,9 +161,22 @@ def test_ablations_of_figure_7_run(change):
     steps = list(Search(pool, methods(pool, cfg, (Linear,)), cfg, seed=0, device=CPU).run())
     flat = [c for s in steps for c in s.classes]
     assert len(steps) == cfg.steps and len(set(flat)) == 3 * cfg.steps
+    later = steps[1:]
+    assert later
     if change.get("sampling") == "uniform":   # each candidate drawn from one dataset
-        for s in steps[1:]:
+        for s in later:
             assert all(len({n.split("/")[0] for n in c["classes"]}) == 1 for c in s.candidates)
+    if change.get("search") == "random":      # (a): one uniformly drawn task, nothing valued
+        assert all(len(s.candidates) == 1 and s.candidates[0]["value"] is None for s in later)
+    if change.get("search") == "most-similar":   # (d): value = mean potential with the previous task
+        for s in later:
+            values = [c["value"] for c in s.candidates]
+            assert all(0.0 <= v <= 1.0 for v in values) and all(c["reward"] is None for c in s.candidates)
+            assert s.chosen == int(np.argmax(values))   # tau = 0: the most similar, not the least
+    if change.get("clustering") is False:     # (c): no functional clusters
+        assert all(c["cluster"] == 0 for s in later for c in s.candidates)
+    if change.get("lookahead") == 0:          # (e): the value is the immediate reward alone
+        assert all(c["value"] == pytest.approx(c["reward"]) for s in later for c in s.candidates)
 
 
 def test_first_task_is_fixed_per_seed_for_every_strategy():

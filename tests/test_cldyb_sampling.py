@@ -53,6 +53,22 @@ def test_greedy_maximises_the_product_of_potentials_at_each_step():
         assert score.argmax().item() == task[k]
 
 
+def test_task_similarity_is_the_mean_potential_with_the_previous_task():
+    """Ablation (d) of figure 7 takes the candidate most similar to the previous task: its score is
+    the mean of Psi between the candidate's classes and the previous task's, higher = more similar."""
+    psi = torch.tensor([[1.0, 0.9, 0.1, 0.2, 0.8],
+                        [0.9, 1.0, 0.3, 0.0, 0.6],
+                        [0.1, 0.3, 1.0, 0.5, 0.4],
+                        [0.2, 0.0, 0.5, 1.0, 0.7],
+                        [0.8, 0.6, 0.4, 0.7, 1.0]])
+    candidates = np.array([[0, 1], [2, 3]])
+    scores = sampling.task_similarity(psi, candidates, previous=[4])
+    np.testing.assert_allclose(scores, [(0.8 + 0.6) / 2, (0.4 + 0.7) / 2], rtol=1e-6)
+    assert int(np.argmax(scores)) == 0                  # {0, 1} is the most similar to {4}
+    scores = sampling.task_similarity(psi, candidates, previous=[1, 4])
+    np.testing.assert_allclose(scores, [(0.9 + 0.8 + 1.0 + 0.6) / 4, (0.3 + 0.4 + 0.0 + 0.7) / 4], rtol=1e-6)
+
+
 def test_uniform_sampling_draws_within_one_dataset():
     groups = [list(range(0, 10)), list(range(10, 13)), list(range(13, 30))]
     tasks = sampling.uniform_tasks(groups, k=4, j=50, rng=np.random.default_rng(0))

@@ -99,8 +99,30 @@ def test_protocol_observes_minibatches_and_scores_past_and_test(tmp_path):
     majority = int(np.bincount(scenario.stream_labels).argmax())
     expected = float((scenario.test.labels == majority).float().mean())
     assert record.metrics["final_acc"] == pytest.approx(expected)
-    assert 0 < record.metrics["info_retention"] <= 1
+    assert 0 < record.metrics["info_retention"] <= 1   # a sample of 50: the exact value is pinned below
     assert record.failed_task == 125 and record.acc_matrix == []
+
+
+def test_info_retention_is_the_mean_accuracy_on_past_stream_observations(tmp_path):
+    """Cai et al. 2021's information retention: at each evaluation point, accuracy on the stream
+    instances observed so far (retention_samples = 0: all of them), averaged over the points; never
+    the test split. The majority-so-far predictor makes it computable by hand."""
+    spec = _spec(tmp_path, "eval_points = 4\nstream_batch = 10\nretention_samples = 0")
+    scenario = _build(spec)
+    from clharness.method import Context
+    method = Recorder(Context(Setting.ONLINE, scenario.num_classes, scenario.input_shape))
+    record = RunRecord("s", "a", "recorder", 0)
+    scenario.protocol(method, scenario, torch.device("cpu"), record)
+    labels, per_point = scenario.stream_labels, []
+    for step in scenario.eval_steps():
+        past = labels[:min(step * 10, len(labels))]
+        per_point.append(float((past == np.bincount(past, minlength=10).argmax()).mean()))
+    assert record.metrics["info_retention"] == pytest.approx(np.mean(per_point))
+    # the same predictor on the test split scores differently (so the two cannot be confused)
+    test = scenario.test.labels.numpy()
+    on_test = [float((test == np.bincount(labels[:min(s * 10, len(labels))], minlength=10).argmax()).mean())
+               for s in scenario.eval_steps()]
+    assert abs(np.mean(on_test) - np.mean(per_point)) > 0.05
 
 
 def test_bad_scenario_values_name_value_and_range(tmp_path):
