@@ -8,29 +8,51 @@ from clharness.training import SupervisedMethod, anchored_penalty, optimizer_spa
 
 
 class EWC(SupervisedMethod):
-    """After each task, the diagonal (empirical) Fisher of its log-likelihood is added to a running
-    sum and the weights are stored as the anchor; training then adds the quadratic penalty."""
+    """After each task, the diagonal (empirical) Fisher of its log-likelihood is computed and the
+    weights are stored as that task's anchor; training then adds the quadratic penalty.
+
+    ``ewc_mode``: ``accumulated`` (default) sums the Fishers into one penalty anchored at the weights
+    after the latest task (Huszár 2018; Avalanche's "online" mode with decay 1); ``separate`` keeps
+    one penalty per finished task t, each with its own Fisher F_t and anchor theta*_t,
+    sum_t lambda/2 sum_i F_t,i (theta_i - theta*_t,i)^2 ("two separate penalties", Kirkpatrick et al.
+    2017, after eq. 3; Avalanche's mode="separate", which M2I Table 9 uses). Difference from
+    Avalanche: lambda/2 as in eq. 3 (Avalanche scales by lambda), in both modes."""
     name = "ewc"
     # Adam by default: plain SGD diverges once the penalty is stiff (lr·λ·F_i > 2), i.e. before λ is
     # large enough to matter on the quickstart.
     hparams = {**optimizer_space(lr=1e-3, optimizer="adam"),
-               "ewc_lambda": clh.Float(1.0, 1e7, default=1e4, log=True)}
+               "ewc_lambda": clh.Float(1.0, 1e7, default=1e4, log=True),
+               "ewc_mode": clh.Choice(["accumulated", "separate"])}
+    tuning_space = {"ewc_lambda": hparams["ewc_lambda"]}   # GTEP does not search the mode
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)
-        self.fisher: dict[str, torch.Tensor] = {}
+        self.fisher: dict[str, torch.Tensor] = {}     # accumulated mode: summed Fisher, latest anchor
         self.anchor: dict[str, torch.Tensor] = {}
+        self.task_fishers: list[dict[str, torch.Tensor]] = []   # separate mode: one per finished task
+        self.task_anchors: list[dict[str, torch.Tensor]] = []
 
     def loss(self, x, y):
         loss = self.cross_entropy(self.model(x), y)
+        if self.task_fishers:
+            loss = loss + self.hp["ewc_lambda"] / 2 * self.separate_penalty()
         if self.fisher:
             # Kirkpatrick et al. 2017, eq. 3: L(θ) = L_B(θ) + Σ_i λ/2 F_i (θ_i - θ*_A,i)^2, with F summed
             # over the finished tasks and θ* the weights after the latest one (Huszár 2018).
             loss = loss + self.hp["ewc_lambda"] / 2 * anchored_penalty(self.model, self.fisher, self.anchor)
         return loss
 
+    def separate_penalty(self):
+        """sum_t sum_i F_t,i (theta_i - theta*_t,i)^2 over the finished tasks (separate mode)."""
+        return sum(anchored_penalty(self.model, f, a) for f, a in zip(self.task_fishers, self.task_anchors))
+
     def learn(self, experience):
         super().learn(experience)
+        if self.hp["ewc_mode"] == "separate":
+            fisher = self.task_fisher(experience)
+            self.task_fishers.append(fisher)
+            self.task_anchors.append({k: p.detach().clone() for k, p in self.model.named_parameters() if k in fisher})
+            return
         for k, f in self.task_fisher(experience).items():
             self.fisher[k] = self.fisher[k] + f if k in self.fisher else f
         self.anchor = {k: p.detach().clone() for k, p in self.model.named_parameters() if k in self.fisher}

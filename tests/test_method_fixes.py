@@ -161,3 +161,50 @@ def test_gdumb_offline_memory_is_not_the_first_files_of_a_class():
     assert max(kept[0]) >= 30, kept[0]
     assert kept == _gdumb_memory_indices(experience_seed=3)          # seeded: reproducible
     assert kept != _gdumb_memory_indices(experience_seed=4)
+
+
+# --- EWC: separate mode, one penalty per task ------------------------------------------------
+
+def test_ewc_separate_mode_keeps_one_anchor_and_fisher_per_task(digits):  # noqa: F811
+    tasks, exps, _ = split(digits, 0)
+    torch.manual_seed(0)
+    ewc = METHODS["ewc"](context(0, tasks=tasks, epochs=1), ewc_mode="separate", ewc_lambda=100.0)
+    after = []
+    for exp in exps[:3]:
+        ewc.learn(exp)
+        after.append({k: p.detach().clone() for k, p in ewc.model.named_parameters()})
+    assert len(ewc.task_anchors) == len(ewc.task_fishers) == 3 and not ewc.fisher
+    for anchor, weights in zip(ewc.task_anchors, after):
+        assert all(torch.equal(anchor[k], weights[k]) for k in anchor)
+    assert not torch.equal(ewc.task_fishers[0]["head.weight"], ewc.task_fishers[1]["head.weight"])
+    # the penalty at perturbed weights is the sum of the three tasks' own quadratic terms
+    with torch.no_grad():
+        for p in ewc.model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    params = {k: p.detach() for k, p in ewc.model.named_parameters()}
+    by_hand = sum(float((f[k] * (params[k] - a[k]) ** 2).sum())
+                  for f, a in zip(ewc.task_fishers, ewc.task_anchors) for k in f)
+    assert by_hand > 0
+    assert float(ewc.separate_penalty()) == pytest.approx(by_hand, rel=1e-5)
+    x, y = next(iter(exps[3].batches()))
+    ce = torch.nn.functional.cross_entropy(ewc.model(x), y)
+    assert float(ewc.loss(x, y)) == pytest.approx(float(ce) + 100.0 / 2 * by_hand, rel=1e-5)
+    assert ewc.memory_report().tensor_elements == 6 * sum(p.numel() for p in ewc.model.parameters())
+
+
+def test_ewc_default_mode_accumulates_one_fisher():
+    """The default (accumulated) mode is unchanged: one summed Fisher and one anchor."""
+    torch.manual_seed(0)
+    ctx = clh.Context(clh.Setting.CLASS_IL, 2, (1, 1, 1), backbone_factory=lambda: MLP((1, 1, 1)))
+    ewc = METHODS["ewc"](ctx)
+    assert ewc.hp["ewc_mode"] == "accumulated"
+    images = torch.arange(0, 200, 10, dtype=torch.uint8).view(20, 1, 1, 1)
+    data = TensorData(ArrayDataset(images, torch.tensor([0, 1] * 10), ["a", "b"]), [0.5], [0.3])
+    exp = clh.Experience(data, (0, 1), None, 8, 0)
+    ewc.learn(exp)
+    first = {k: f.clone() for k, f in ewc.fisher.items()}
+    ewc.learn(exp)
+    second = ewc.task_fisher(exp)
+    assert not ewc.task_fishers and set(ewc.fisher) == set(first)
+    for k in first:
+        torch.testing.assert_close(ewc.fisher[k], first[k] + second[k])
