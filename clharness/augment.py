@@ -8,9 +8,9 @@ when a method asks ``experience.batches()`` (never to test or validation data), 
 224), to every other batch. Random draws come from a ``torch.Generator`` on the data's device
 seeded by the run (``Experience`` owns it), so a run is reproducible and ``none`` draws nothing.
 
-Every op works on the whole minibatch at once (no per-sample Python loop): crops by padding and
-two ``gather`` calls, flips by ``torch.where`` over a flipped copy, brightness as a per-sample
-affine map, random resized crops (and their flips) as one ``affine_grid`` + ``grid_sample``.
+Every op works on the whole minibatch at once (no per-sample Python loop): crop and flip together
+as one ``gather`` over the padded batch (on the uint8 pixels where the data allow it), brightness
+as a per-sample affine map (fused into the uint8 -> float normalisation on the hot path), random resized crops (and their flips) as one ``affine_grid`` + ``grid_sample``.
 Inputs are float tensors in any affine pixel space, described by a ``Frame``: the per-channel
 values of black and white. The harness augments after its uint8 -> mean/std normalisation, so
 the frame is (-mean/std, (1-mean)/std); brightness then acts exactly as on [0, 1] pixels
@@ -60,24 +60,29 @@ class Frame:
 
 
 # ------------------------------------------------------------------------------ batched ops
-def crop_at(x: torch.Tensor, padding: int, fill: torch.Tensor, top: torch.Tensor, left: torch.Tensor) -> torch.Tensor:
-    """Crop each image of ``x`` (N, C, H, W), padded by ``padding`` pixels of ``fill`` (1, C, 1, 1),
-    at (``top[n]``, ``left[n]``) of the padded image, keeping H x W: a translation by
-    (padding - top, padding - left) with the uncovered border filled."""
+def crop_at(x: torch.Tensor, padding: int, fill: torch.Tensor | None, top: torch.Tensor, left: torch.Tensor,
+            flip: torch.Tensor | None = None) -> torch.Tensor:
+    """Crop each image of ``x`` (N, C, H, W), padded by ``padding`` pixels of ``fill`` (1, C, 1, 1;
+    None: zeros, black for uint8 pixels), at (``top[n]``, ``left[n]``) of the padded image, keeping
+    H x W, mirrored left-right where ``flip[n]``: one ``gather`` over the flattened padded batch."""
     n, c, h, w = x.shape
     p = padding
-    padded = fill.to(x.dtype).expand(n, c, h + 2 * p, w + 2 * p).clone()
-    padded[:, :, p:p + h, p:p + w] = x
+    padded = F.pad(x if fill is None else x - fill.to(x.dtype), (p, p, p, p))   # pad value 0 = the fill
+    k = torch.arange(w, device=x.device)
+    cols = left.view(n, 1) + (k if flip is None else torch.where(flip.view(n, 1), w - 1 - k, k))
     rows = top.view(n, 1) + torch.arange(h, device=x.device)
-    cols = left.view(n, 1) + torch.arange(w, device=x.device)
-    out = padded.gather(2, rows.view(n, 1, h, 1).expand(n, c, h, w + 2 * p))
-    return out.gather(3, cols.view(n, 1, 1, w).expand(n, c, h, w))
+    index = (rows.view(n, h, 1) * (w + 2 * p) + cols.view(n, 1, w)).view(n, 1, h * w).expand(n, c, h * w)
+    out = padded.reshape(n, c, -1).gather(2, index).view(n, c, h, w)
+    return out if fill is None else out.add_(fill.to(x.dtype))
 
 
-def random_crop(x: torch.Tensor, padding: int, fill: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """torchvision ``RandomCrop(size=(H, W), padding)``: offsets uniform in [0, 2 * padding]."""
+def random_crop(x: torch.Tensor, padding: int, fill: torch.Tensor | None, generator: torch.Generator,
+                flip_p: float = 0.0) -> torch.Tensor:
+    """torchvision ``RandomCrop(size=(H, W), padding)`` (offsets uniform in [0, 2 * padding]),
+    then ``RandomHorizontalFlip(flip_p)`` folded into the same gather."""
     offsets = torch.randint(0, 2 * padding + 1, (2, len(x)), generator=generator, device=x.device)
-    return crop_at(x, padding, fill, offsets[0], offsets[1])
+    flip = torch.rand(len(x), generator=generator, device=x.device) < flip_p if flip_p else None
+    return crop_at(x, padding, fill, offsets[0], offsets[1], flip)
 
 
 def random_flip(x: torch.Tensor, generator: torch.Generator, p: float = 0.5) -> torch.Tensor:
@@ -173,6 +178,12 @@ class Recipe:
     def train(self, x: torch.Tensor, frame: Frame, size: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
         raise NotImplementedError(f"augmentation recipe {self.name!r} does not define train()")
 
+    def train_pixels(self, images: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, frame: Frame,
+                     size: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
+        """``train`` on uint8 ``images`` normalised as shift + scale * pixel (the data's hot path). A
+        recipe may override it to work on the uint8 pixels and fuse the normalisation (same draws)."""
+        return self.train(torch.addcmul(shift, images, scale), frame, size, generator)
+
     def eval(self, x: torch.Tensor, frame: Frame, size: tuple[int, int]) -> torch.Tensor | None:
         return None
 
@@ -203,9 +214,18 @@ class CifarAugmentation(Recipe):
     padding, flip_p, brightness = 4, 0.5, 63 / 255
 
     def train(self, x, frame, size, generator):
-        x = random_crop(x, self.padding, frame.black, generator)
-        x = random_flip(x, generator, self.flip_p)
+        x = random_crop(x, self.padding, frame.black, generator, self.flip_p)
         return random_brightness(x, frame, self.brightness, generator)
+
+    def train_pixels(self, images, shift, scale, frame, size, generator):
+        # the same draws as train(); crop and flip on the uint8 pixels (zero padding is black), then
+        # brightness fused into the normalisation: black + f (x - black) = shift + (f * scale) * pixel,
+        # never below black (pixel, f >= 0), clipped at white
+        x = random_crop(images, self.padding, None, generator, self.flip_p)
+        n = len(x)
+        factor = torch.empty(n, device=x.device).uniform_(1 - self.brightness, 1 + self.brightness, generator=generator)
+        out = torch.addcmul(shift, x, scale * factor.view(n, 1, 1, 1))
+        return torch.minimum(out, frame.white, out=out)
 
 
 class ResizedCropAugmentation(Recipe):

@@ -36,6 +36,25 @@ def test_crop_at_translates_by_the_offset_and_fills_the_border_with_black():
     assert torch.equal(A.crop_at(x, 1, fill, torch.tensor([1]), torch.tensor([1])), x)   # centre = identity
 
 
+def test_crop_with_flip_is_the_mirrored_crop_and_uint8_pads_with_black():
+    x = image(n=2, c=2, h=5, w=5)
+    top, left = torch.tensor([0, 3]), torch.tensor([2, 1])
+    both = A.crop_at(x, 2, torch.full((1, 2, 1, 1), -1.0), top, left, flip=torch.tensor([True, False]))
+    plain = A.crop_at(x, 2, torch.full((1, 2, 1, 1), -1.0), top, left)
+    assert torch.equal(both[0], plain[0].flip(2)) and torch.equal(both[1], plain[1])
+    pixels = A.crop_at(x.to(torch.uint8) + 1, 2, None, top, left)
+    assert pixels.dtype == torch.uint8 and torch.equal(pixels.float() - 1, plain)
+
+
+def test_cifar_on_uint8_pixels_equals_the_recipe_on_normalised_images():
+    recipe, mean, std = A.CifarAugmentation(), torch.tensor([0.5, 0.4, 0.3]), torch.tensor([0.2, 0.25, 0.3])
+    shift, scale = (-mean / std).view(1, 3, 1, 1), (1 / (255 * std)).view(1, 3, 1, 1)
+    frame = A.Frame.normalised(mean, std)
+    pixels = torch.randint(0, 256, (32, 3, 8, 8), dtype=torch.uint8, generator=gen(9))
+    fused = recipe.train_pixels(pixels, shift, scale, frame, (8, 8), gen(4))
+    assert torch.allclose(fused, recipe.train(torch.addcmul(shift, pixels, scale), frame, (8, 8), gen(4)), atol=1e-5)
+
+
 def test_random_crop_is_one_of_the_padded_translations_and_moves_pixels():
     x = image(n=24, c=3, h=8, w=8) + 1
     out = A.random_crop(x, 4, torch.zeros(1, 3, 1, 1), gen())

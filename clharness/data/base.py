@@ -130,10 +130,9 @@ class TensorData:
 
     def augmented(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """uint8 images -> a random training view under the recipe (normalised, at image_size)."""
-        if self.recipe.resizes:   # the recipe resamples native-size images itself: one interpolation
+        if self.recipe.resizes or not self._resize:   # from the native pixels (a resizing recipe resamples itself)
             x = images.expand(-1, self.channels, -1, -1) if images.shape[1] != self.channels else images
-            return self.recipe.train(torch.addcmul(self._shift, x, self._scale), self.frame, self.image_size,
-                                     generator)
+            return self.recipe.train_pixels(x, self._shift, self._scale, self.frame, self.image_size, generator)
         return self.recipe.train(self.prepare(images), self.frame, self.image_size, generator)
 
     def augment(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
