@@ -190,3 +190,30 @@ def test_xdist_runs_cases_in_parallel(pytester, monkeypatch):
     result = pytester.runpytest_subprocess("-p", "plugin_methods", "mini.toml", "--clh-method", "tiny", "-n", "2")
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["*clharness scorecard*", "*mini::ci*tiny*2*", "*mini::ti*tiny*2*"])
+
+
+def test_stored_runs_are_reused_and_clh_fresh_reruns_them(run, pytester):
+    from clharness.results import ResultsStore
+    args = ("mini.toml", "--clh-method", "tiny", "-k", "ci and seed0", "-v")
+    first = run(*args)
+    first.assert_outcomes(passed=1)
+    assert "clharness: 1 runs, 0 reused" in first.stdout.str()
+    stored = ResultsStore(pytester.path / ".clharness/results.sqlite").records()
+    assert len(stored) == 1
+    second = run(*args)
+    assert "clharness: 1 runs, 1 reused" in second.stdout.str() and "PASSED (stored)" in second.stdout.str()
+    fresh = run(*args, "--clh-fresh")
+    fresh.assert_outcomes(passed=1)
+    assert "clharness: 1 runs, 0 reused" in fresh.stdout.str() and "(stored)" not in fresh.stdout.str()
+    rerun, = ResultsStore(pytester.path / ".clharness/results.sqlite").records()
+    assert rerun.key == stored[0].key and rerun.session != stored[0].session   # trained again, replaced
+
+
+def test_cuda_device_without_cuda_fails_up_front_even_when_every_run_is_stored(run, monkeypatch):
+    import torch
+    args = ("mini.toml", "--clh-method", "tiny", "-k", "ci and seed0")
+    run(*args).assert_outcomes(passed=1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = run(*args, "--clh-device", "cuda")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--clh-device cuda asked for CUDA, but torch sees no CUDA device*"])
