@@ -3,6 +3,7 @@ hand-written PyTorch loop, side by side in one process, same data, budgets and e
 
     python bench/er_overhead.py               # both workloads, 5 interleaved repeats
     python bench/er_overhead.py --repeats 3 --workloads digits-mlp --device cuda
+    python bench/er_overhead.py --augment cifar   # both sides augment every training batch alike
 
 Both sides train task by task (SGD + momentum, batch of current data + an equal-size replay
 batch from a class-balanced memory filled after each task) and fill the full accuracy matrix
@@ -24,7 +25,8 @@ import clharness as clh
 from clharness.data import load_split
 from clharness.runner import Case, pick_device, run_case, seed_everything
 from clharness.scenarios import build_scenario
-from clharness.suites import ScenarioSpec
+from clharness import augment
+from clharness.suites import ScenarioSpec, with_overrides
 
 WORKLOADS = {
     # the quickstart: tiny steps, the worst case for per-step overhead
@@ -41,7 +43,8 @@ WORKLOADS = {
 def plain_er(spec: ScenarioSpec, harness, seed: int, device: torch.device, hp: dict) -> tuple[float, float]:
     """Hand-written ER: float tensors prepared once, a plain loop, a list-based class-balanced memory.
     Timed end to end like the harness side (data preparation and model construction included; the
-    decoded dataset comes from the same in-process cache on both sides)."""
+    decoded dataset comes from the same in-process cache on both sides). With ``spec.augment`` every
+    training batch (fresh and replayed samples) goes through the same batched recipe ops."""
     t0 = time.perf_counter()
     source = harness.datasets[spec.dataset](**spec.dataset_options)
     source.name = spec.dataset
@@ -53,6 +56,9 @@ def plain_er(spec: ScenarioSpec, harness, seed: int, device: torch.device, hp: d
         return ((ds.images.float() / 255 - mean) / std).to(device), ds.labels.to(device)
 
     (x_tr, y_tr), (x_te, y_te) = prep(train), prep(test)
+    recipe = augment.get(spec.augment)
+    frame = augment.Frame(-mean.to(device) / std.to(device), (1 - mean.to(device)) / std.to(device))
+    aug_gen = torch.Generator(device=device).manual_seed(seed)
     order = np.random.default_rng(seed).permutation(len(train.classes))
     relabel = torch.empty(len(order), dtype=torch.long)
     relabel[torch.from_numpy(order)] = torch.arange(len(order))
@@ -79,6 +85,8 @@ def plain_er(spec: ScenarioSpec, harness, seed: int, device: torch.device, hp: d
                 if mem_y is not None:
                     r = torch.randint(len(mem_y), (len(by),), generator=gen).to(device)
                     bx, by = torch.cat([bx, mem_x[r]]), torch.cat([by, mem_y[r]])
+                if recipe is not None:
+                    bx = recipe.train(bx, frame, tuple(bx.shape[2:]), aug_gen)
                 opt.zero_grad(set_to_none=True)
                 F.cross_entropy(model(bx), by).backward()
                 opt.step()
@@ -115,13 +123,15 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--augment", default="none", choices=["none", "cifar"],
+                        help="augmentation recipe on both sides (the plain loop uses the same batched ops)")
     args = parser.parse_args()
     device = pick_device(args.device)
     harness = clh.Harness()
     hp = {name: p.default for name, p in harness.methods["er"].hparams.items()}
     rows = []
     for name in args.workloads:
-        spec = WORKLOADS[name]
+        spec = with_overrides(WORKLOADS[name], augment=args.augment)
         build_scenario(spec, harness.datasets, 0, device)   # warm the dataset cache for both sides
         plain_er(spec, harness, 0, device, hp), harness_er(spec, harness, 0, device)   # warm-up
         plain, wrapped, inner, acc_p, acc_h = [], [], [], [], []
@@ -134,7 +144,7 @@ def main() -> None:
             inner.append(loop)
             acc_h.append(acc)
         p, h, i = statistics.median(plain), statistics.median(wrapped), statistics.median(inner)
-        rows.append({"workload": name, "device": str(device), "repeats": args.repeats,
+        rows.append({"workload": name, "device": str(device), "repeats": args.repeats, "augment": args.augment,
                      "plain_s": p, "harness_s": h, "harness_train_eval_s": i, "ratio": h / p,
                      "overhead_pct": 100 * (h / p - 1), "plain_final_acc": statistics.mean(acc_p),
                      "harness_final_acc": statistics.mean(acc_h)})

@@ -58,7 +58,7 @@ class RanPAC(clh.Method):
         self.labels.add(experience)
         self.seen[list(experience.classes)] = True
         hs, ys = [], []
-        for x, y in experience.batches(shuffle=False):
+        for x, y in experience.batches(shuffle=False, augment=False):   # statistics of test-view images (PILOT mode='test')
             hs.append(self.features(x).double())
             ys.append(y)
         h, y = torch.cat(hs), torch.cat(ys)

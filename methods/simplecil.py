@@ -28,7 +28,7 @@ class SimpleCIL(clh.Method):
 
     def learn(self, experience):
         self.labels.add(experience)
-        for x, y in experience.batches(shuffle=False):
+        for x, y in experience.batches(shuffle=False, augment=False):   # prototypes of test-view images (PILOT mode='test')
             self.sums.index_add_(0, y, self.features(x))
             self.counts.index_add_(0, y, torch.ones_like(y, dtype=self.counts.dtype))
 

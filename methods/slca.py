@@ -53,7 +53,7 @@ class SLCA(SupervisedMethod):
 
     @torch.no_grad()
     def store_statistics(self, experience):
-        feats, labels = zip(*((self.features(x), y) for x, y in experience.batches(shuffle=False)))
+        feats, labels = zip(*((self.features(x), y) for x, y in experience.batches(shuffle=False, augment=False)))
         feats, labels = torch.cat(feats).double(), torch.cat(labels)
         eye = torch.eye(feats.shape[1], dtype=feats.dtype, device=feats.device)
         for c in labels.unique().tolist():
