@@ -135,3 +135,49 @@ def phase_trainer(method: Method, params, epochs: int, **overrides) -> Trainer:
 def clone_module(module: nn.Module) -> nn.Module:
     """A trainable deep copy (PyCIL initialises a new branch from the previous one's state)."""
     return copy.deepcopy(module).requires_grad_(True)
+
+
+def sequential_stages(backbone: nn.Module) -> list[nn.Module]:
+    """The backbone as an ordered list of stages: its children in registration order, with every
+    ``nn.Sequential`` opened recursively (other modules, e.g. residual blocks, stay whole). Valid
+    only for backbones whose forward applies their children in that order (mlp, cnn, resnet32,
+    resnet18-reduced, wide-vgg9); ``split_backbone`` checks it on a probe input."""
+    stages: list[nn.Module] = []
+
+    def walk(module: nn.Module) -> None:
+        for child in module.children():
+            if isinstance(child, nn.Sequential):
+                walk(child)
+            else:
+                stages.append(child)
+
+    walk(backbone)
+    return stages
+
+
+def split_backbone(backbone: nn.Module, specialised_share: float, input_shape) -> tuple[nn.Sequential, nn.Sequential]:
+    """(shallow, deep): the backbone cut into consecutive stages, the deep part being the shortest
+    suffix of ``sequential_stages`` holding at least ``specialised_share`` of the parameters (and at
+    least one parameterised stage). Raises when the stages do not recompose the backbone's forward."""
+    stages = sequential_stages(backbone)
+    device = next(backbone.parameters()).device
+    probe = torch.randn(2, *input_shape, device=device)
+    was_training = backbone.training
+    backbone.eval()
+    with torch.no_grad():
+        expected, out = backbone(probe), probe
+        try:
+            for stage in stages:
+                out = stage(out)
+        except RuntimeError:       # shapes that do not chain: not a sequential forward
+            out = None
+    backbone.train(was_training)
+    if out is None or out.shape != expected.shape or not torch.allclose(out, expected, atol=1e-5):
+        raise ValueError(f"cannot split {type(backbone).__name__} into shallow and deep blocks: its forward is "
+                         "not its child modules applied in order; use a sequential backbone (mlp, cnn, resnet32, "
+                         "resnet18-reduced, wide-vgg9)")
+    sizes = [sum(p.numel() for p in s.parameters()) for s in stages]
+    total, cut = sum(sizes), len(stages)
+    while cut > 0 and (sum(sizes[cut:]) < specialised_share * total or not any(sizes[cut:])):
+        cut -= 1
+    return nn.Sequential(*stages[:cut]), nn.Sequential(*stages[cut:])

@@ -146,3 +146,62 @@ def test_foster_clone_and_memory_report(digits):
     for exp in exps[:2]:
         method.learn(exp)
     assert_clone_is_independent(method, tasks, tests, exps[2])
+
+
+# --- MEMO -------------------------------------------------------------------------------------------
+
+def test_memo_cut_matches_pycil_on_resnet32_and_recomposes_the_backbone():
+    from clharness.backbones import resnet32
+    from clharness.expansion import split_backbone
+    net = resnet32((3, 32, 32)).eval()
+    shallow, deep = split_backbone(net, 0.7, (3, 32, 32))
+    # PyCIL memo_resnet32: conv1 + stages 1-2 generalised, stage 3 (5 blocks, 32->64) + pooling specialised
+    assert len(deep) == 7 and deep[0].conv1.in_channels == 32 and deep[0].conv1.out_channels == 64
+    assert all(m in set(net.layers[10:]) for m in deep[:5])
+    x = torch.randn(2, 3, 32, 32)
+    assert torch.allclose(deep(shallow(x)), net(x), atol=1e-5)
+
+
+def test_memo_rejects_a_backbone_that_is_not_sequential():
+    from clharness.expansion import split_backbone
+
+    class Skip(torch.nn.Module):        # forward is not its children in order
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            x = x.flatten(1)
+            return self.b(x) + self.a(x)
+    with pytest.raises(ValueError, match="sequential backbone"):
+        split_backbone(Skip(), 0.7, (1, 2, 2))
+
+
+def test_memo_adds_one_specialised_block_per_task_over_frozen_shared_blocks(digits):
+    from clharness.expansion import split_backbone
+    shallow, deep = split_backbone(MLP((1, 8, 8)), 0.7, (1, 8, 8))
+    block = params(deep)
+    counts = []
+    for t, (method, _, _) in enumerate(learn_tasks("memo", digits, n=4, epochs=1)):
+        counts.append(method.memory_report().parameters)
+        assert len(method.model.branches) == t + 1
+        if t == 0:
+            shared = copy.deepcopy(method.model.trunk.state_dict())
+        else:   # shared blocks: trained on task 1 only, bit-identical afterwards
+            assert not any(p.requires_grad for p in method.model.trunk.parameters())
+            for k, v in method.model.trunk.state_dict().items():
+                assert torch.equal(v, shared[k]), k
+    assert params(method.model.trunk) == params(shallow)
+    assert np.diff(counts).tolist() == [block + deep[0].out_features * 10] * 3
+
+
+def test_memo_beats_finetune(digits, finetune_acc):
+    assert_beats_finetune("memo", digits, finetune_acc)
+
+
+def test_memo_clone_and_memory_report(digits):
+    tasks, exps, tests = split(digits, 0)
+    method = METHODS["memo"](context(0, epochs=1))
+    for exp in exps[:2]:
+        method.learn(exp)
+    assert_clone_is_independent(method, tasks, tests, exps[2])

@@ -1,0 +1,65 @@
+"""MEMO: Memory-efficient Expandable MOdel (Zhou, Wang, Ye & Zhan, "A model or 603 exemplars:
+towards memory-efficient class-incremental learning", ICLR 2023). Reference implementation read:
+PyCIL ``models/memo.py``, ``utils/inc_net.py`` (``AdaptiveNet``), ``convs/memo_cifar_resnet.py`` and
+``exps/memo.json``."""
+import torch
+
+import clharness as clh
+from clharness.expansion import BranchNet, clone_module, simple_linear, split_backbone
+
+from .der import DER
+
+
+class MEMO(DER):
+    """DER's expansion applied to the deep layers only (sec. 5): the shallow "generalised" blocks
+    are shared by every task and trained on the first task only; each task adds one "specialised"
+    deep block (initialised from the previous one, the old ones frozen) on top of them. The
+    classifier reads the concatenated outputs of the specialised blocks; the loss is DER's,
+    CE(W^T [phi_s1(phi_g(x)), ..., phi_sk(phi_g(x))], y) + lambda_aux * CE of the auxiliary head
+    over the newest block's features (new classes + one "old" class), weight aligning after each
+    incremental task and herded exemplars (PyCIL ``memo.py``).
+
+    Where to cut: PyCIL hard-codes the cut per network (ResNet-32: conv1 + stages 1-2 shared,
+    stage 3 + pooling specialised; ResNet-18: layer4 specialised). Here it is derived from any
+    sequential backbone (``clharness.expansion.split_backbone``): its children in order, every
+    ``nn.Sequential`` opened, and the specialised block is the shortest suffix holding at least
+    ``specialised_share`` of the parameters. The default 0.7 reproduces PyCIL's cut on resnet32
+    (stage 3 holds 76% of its weights) and resnet18-reduced (the last stage); on the MLP the last
+    Linear+ReLU is specialised.
+
+    Deliberate differences (beyond DER's, which apply here too):
+    - the generalised blocks are frozen after the first task (``train_shared=False``), as the paper
+      describes; PyCIL's ``exps/memo.json`` sets ``train_base: true`` (set ``train_shared=True``);
+    - GTEP Table 4's "exemplar batch size" is the batch size PyCIL uses to extract features for
+      herding, in eval mode, so it cannot change results and is not a hyperparameter here.
+    """
+    name = "memo"
+    hparams = {**DER.hparams,
+               "specialised_share": clh.Float(0.05, 1.0, default=0.7),
+               "train_shared": clh.Choice([False, True])}
+    tuning_space = DER.tuning_space        # GTEP Table 4: lambda (Aux) of DER and MEMO
+
+    def __init__(self, context, **hparams):
+        super().__init__(context, **hparams)
+        shared, self.template = split_backbone(context.make_backbone(), self.hp["specialised_share"],
+                                               context.input_shape)
+        self.model = BranchNet(context.num_classes, trunk=shared)
+        self.out_dim = None                     # features of one specialised block
+
+    def expand(self) -> None:
+        """Add one specialised block (the template's first, then a copy of the newest) and a new
+        auxiliary head; freeze the shared blocks once the first task is learned."""
+        branches = self.model.branches
+        if len(branches):
+            block = clone_module(branches[-1])
+            if not self.hp["train_shared"]:
+                self.model.trunk.requires_grad_(False)
+        else:
+            block, self.template = self.template, None
+            with torch.no_grad():
+                probe = torch.zeros(1, *self.context.input_shape, device=self.context.device)
+                self.out_dim = block(self.model.trunk.eval()(probe)).flatten(1).shape[1]
+        self.model.add_branch(block, self.out_dim)
+        self.model.freeze_old()
+        new = len(self.labels.tasks[-1])
+        self.aux_head = simple_linear(self.out_dim, new + 1).to(self.context.device)
