@@ -41,21 +41,26 @@ class Mutation:
 
 
 # ------------------------------------------------------------------------------------------ the table
-# Re-point ``file`` (and ``tests``) here when modules move; ``original`` must stay exact.
+# Re-point ``file`` (and ``tests``) here when modules move; ``original`` must stay exact. Tests are
+# files or node ids: the ones that pin the behaviour the mutation breaks (node ids keep a run short).
+R = "tests/test_runner.py::"
 MUTATIONS: tuple[Mutation, ...] = (
     # runner: the protocol and the record key
     Mutation("eval-on-train-split", "clharness/runner.py",
              "row[j] = accuracy(method, task.test,", "row[j] = accuracy(method, task.train,",
-             ("tests/test_runner.py",)),
+             (R + "test_accuracy_matrix_scores_each_task_on_its_test_split_not_its_train_split",)),
     Mutation("version-not-in-key", "clharness/runner.py",
              '"method_version": method_cls.version, ', "",
-             ("tests/test_runner.py",)),
+             (R + "test_record_key_changes_when_the_method_version_is_bumped",)),
+    Mutation("hparams-not-in-key", "clharness/runner.py",
+             '"hparams": self.hparams, ', "",
+             (R + "test_record_key_changes_when_the_method_version_is_bumped",)),
     Mutation("task-il-not-masked", "clharness/runner.py",
              "task.classes if task_il else None, scenario.num_classes", "None, scenario.num_classes",
-             ("tests/test_runner.py",)),
+             (R + "test_accuracy_matrix_is_full_and_task_il_masks_to_the_task",)),
     Mutation("no-seeding", "clharness/runner.py",
              "        seed_everything(case.seed)\n", "",
-             ("tests/test_runner.py",)),
+             (R + "test_same_seed_same_result_other_seed_other_class_order",)),
     # metrics
     Mutation("forgetting-vs-first-not-best", "clharness/metrics.py",
              "return float(np.mean(best - R[-1, :-1]))", "return float(np.mean(np.diag(R)[:-1] - R[-1, :-1]))",
@@ -73,7 +78,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # buffers
     Mutation("reservoir-off-by-one", "clharness/buffers.py",
              "slot = self.rng.randrange(self.seen + 1)", "slot = self.rng.randrange(self.seen)",
-             ("tests/test_buffers.py",)),
+             ("tests/test_buffers.py::test_reservoir_first_replacement_and_fill_phase_survival_are_exact",)),
     Mutation("class-balanced-never-evicts-largest", "clharness/buffers.py",
              "if len(own) < largest:", "if len(own) < largest - 1:",
              ("tests/test_buffers.py",)),
@@ -81,25 +86,26 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("disjoint-not-shuffled-within-task", "clharness/streams.py",
              "return order_by_timestamps(task_of_class[labels].astype(float), rng)",
              'return np.argsort(task_of_class[labels], kind="stable")',
-             ("tests/test_stf_generator.py",)),
+             ("tests/test_stf_generator.py::test_disjoint_order_shuffles_instances_within_each_task",)),
     Mutation("beta-variance-not-squared", "clharness/streams.py",
              "common = mu * (1 - mu) / sigma ** 2 - 1", "common = mu * (1 - mu) / sigma - 1",
-             ("tests/test_stf_generator.py",)),
+             ("tests/test_stf_generator.py::test_class_distributions_keep_eq6_and_eq5_moments",)),
     Mutation("stf-retention-on-test-split", "clharness/scenarios/stf.py",
              "retention.append(accuracy(method, scenario.past(seen),", "retention.append(accuracy(method, scenario.test,",
-             ("tests/test_stf_protocol.py",)),
+             ("tests/test_stf_protocol.py::test_info_retention_is_the_mean_accuracy_on_past_stream_observations",)),
     # GTEP selection and outputs
     Mutation("gtep-tau-self", "clharness/gtep.py",
              "rank_correlation(ok.tune_acc, ok.eval_acc)", "rank_correlation(ok.eval_acc, ok.eval_acc)",
-             ("tests/test_gtep.py",)),
+             ("tests/test_gtep.py::test_gtep_summary_and_table_hold_the_hand_computed_values",)),
     Mutation("gtep-select-worst", "clharness/gtep.py",
              "best = max(finite.values())", "best = min(finite.values())",
-             ("tests/test_gtep.py",)),
+             ("tests/test_gtep.py::test_select_best_is_the_highest_mean_harmonic_mean_and_skips_diverged_configs",)),
     # CLDyB sampling
     Mutation("cldyb-most-similar-picks-least", "clharness/cldyb/sampling.py",
              "return psi[t][:, :, prev].mean(dim=(1, 2)).cpu().numpy()",
              "return -psi[t][:, :, prev].mean(dim=(1, 2)).cpu().numpy()",
-             ("tests/test_cldyb_sampling.py", "tests/test_cldyb_pipeline.py")),
+             ("tests/test_cldyb_sampling.py::test_task_similarity_is_the_mean_potential_with_the_previous_task",
+              "tests/test_cldyb_pipeline.py::test_ablations_of_figure_7_run")),
     Mutation("cldyb-greedy-argmin", "clharness/cldyb/sampling.py",
              "nxt = score.masked_fill(taken, -np.inf).argmax(1)", "nxt = score.masked_fill(taken, np.inf).argmin(1)",
              ("tests/test_cldyb_sampling.py",)),
@@ -111,11 +117,11 @@ MUTATIONS: tuple[Mutation, ...] = (
     # results store and the plugin's reuse logic
     Mutation("failed-runs-reused", "clharness/results.py",
              'REUSABLE = ("passed", "diverged", "not-applicable")', 'REUSABLE = ("passed", "diverged", "not-applicable", "failed")',
-             ("tests/test_results_store.py", "tests/test_gates.py")),
+             ("tests/test_gates.py::test_k_selects_gates_which_judge_stored_records",)),
     Mutation("fresh-ignored", "clharness/pytest_plugin.py",
              '    if not config.getoption("clh_fresh"):\n        record = clh.store.reusable(',
              '    if True:\n        record = clh.store.reusable(',
-             ("tests/test_pytest_plugin.py",)),
+             ("tests/test_pytest_plugin.py::test_stored_runs_are_reused_and_clh_fresh_reruns_them",)),
 )
 
 

@@ -132,6 +132,7 @@ def test_record_key_changes_when_the_method_version_is_bumped(monkeypatch):
     case = Case("t", spec(), "tiny", 0, {"lr": 0.1})
     before = case_key(case, plugin_methods.Tiny)
     assert case_key(case, plugin_methods.Tiny) == before          # deterministic
+    assert case_key(Case("t", spec(), "tiny", 0, {"lr": 0.2}), plugin_methods.Tiny) != before   # hparams too
     monkeypatch.setattr(plugin_methods.Tiny, "version", "2")
     assert case.definition(plugin_methods.Tiny, {})["method_version"] == "2"
     assert case_key(case, plugin_methods.Tiny) != before
