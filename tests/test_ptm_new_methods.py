@@ -105,3 +105,32 @@ def test_aper_finetune_and_vpt_variants_adapt_a_private_model(data):
         vpt.learn(exps[0])
         assert vpt.adapted.backbone.vpt.shape == shape and vpt.adapted.backbone.vpt.abs().sum() > 0
         assert vpt.features(next(data[2][0].batches(4, shuffle=False))[0]).shape == (4, 384)
+
+
+def test_ease_adds_one_frozen_adapter_set_per_task_and_complements_old_prototypes(data):
+    method = METHODS["ease"](context(epochs=2), ffn_num=8, lr=0.1)
+    exps = experiences(data)
+    snapshots = []
+    for t, exp in enumerate(exps):
+        method.learn(exp)
+        assert len(method.subspaces) == t + 1                           # one adapter subspace per task
+        snapshots.append([p.detach().clone() for p in method.subspaces[t].backbone.adapters.parameters()])
+    for space, snap in zip(method.subspaces, snapshots):                # earlier ones bit-identical
+        assert all(torch.equal(a, b) for a, b in zip(space.backbone.adapters.parameters(), snap))
+    assert len({id(s.backbone.adapters) for s in method.subspaces}) == 3
+    assert method.features(next(data[2][0].batches(4, shuffle=False))[0]).shape == (4, 3 * 192)
+    # complement by hand: task 0's classes in subspace 2 from the classes of task 2 (the only ones
+    # with data-made prototypes in subspaces 0 and 2)
+    P = method.prototypes
+    x, y = next(data[1][2].batches(1000, shuffle=False))
+    torch.testing.assert_close(P[2][4], method.subspaces[2].backbone(x[y == 4]).mean(0), rtol=1e-4, atol=1e-4)
+    sim = torch.tensor([[F.cosine_similarity(P[0][c], P[0][k], dim=0).item() for k in (4, 5)] for c in (0, 1)])
+    torch.testing.assert_close(P[2][[0, 1]], sim.softmax(1) @ P[2][[4, 5]], rtol=1e-5, atol=1e-6)
+    # task 0's classes in subspace 1 come from the classes of tasks 1 and 2
+    sim = torch.tensor([[F.cosine_similarity(P[0][c], P[0][k], dim=0).item() for k in (2, 3, 4, 5)] for c in (0, 1)])
+    torch.testing.assert_close(P[1][[0, 1]], sim.softmax(1) @ P[1][[2, 3, 4, 5]], rtol=1e-5, atol=1e-6)
+    # subspace reweighting: class 2 (task 1) counts subspace 1 fully, the others with alpha / (T - 1)
+    xt, _ = next(data[2][1].batches(4, shuffle=False))
+    cos = [F.cosine_similarity(s.backbone(xt), P[j][2][None]) for j, s in enumerate(method.subspaces)]
+    torch.testing.assert_close(method.predict(xt)[:, 2], cos[1] + 0.1 / 2 * (cos[0] + cos[2]), rtol=1e-4, atol=1e-5)
+    assert accuracy(method, data) > 0.8
