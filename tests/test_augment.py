@@ -275,3 +275,36 @@ def test_builtin_recipes_cite_their_exact_parameters():
     assert A.ImageNetAugmentation.scale == (0.08, 1.0) and A.ImageNetAugmentation.brightness == 63 / 255
     assert A.ViTAugmentation.scale == (0.05, 1.0) and A.ViTAugmentation.brightness == 0
     assert math.isclose(A.ViTAugmentation.eval_fraction, 224 / 256)
+
+
+def test_er_stores_raw_views_and_augments_replayed_samples_like_fresh_ones():
+    import clharness_methods.er as er_module
+    from clharness.method import Context, Setting
+
+    class CountingExperience(Experience):
+        calls = []
+
+        def augment(self, x):
+            self.calls.append(len(x))
+            return super().augment(x)
+
+    data = tensor_data(A.get("cifar"))
+    context = Context(Setting.CLASS_IL, 4, (3, 16, 16), memory_size=12, epochs=1,
+                      backbone_factory=lambda: _Flat(3 * 16 * 16))
+    method = er_module.ER(context)
+    method.learn(CountingExperience(data, (0, 1), None, batch_size=8, seed=0))
+    raw = data.prepare(data.images)
+    stored, _ = method.buffer.tensors()
+    assert len(stored) == 12 and all((raw == row).flatten(1).all(1).any() for row in stored)   # raw views only
+    assert CountingExperience.calls == []              # nothing to replay during the first task
+    method.learn(CountingExperience(data, (2, 3), None, batch_size=8, seed=1))
+    assert CountingExperience.calls == [8] * 5         # every step's replayed batch (40 images / 8)
+
+
+class _Flat(torch.nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.out_dim = dim
+
+    def forward(self, x):
+        return x.flatten(1)
