@@ -84,8 +84,9 @@ def test_reference_methods_are_registered_through_the_hook():
     assert set(QUICKSTART) <= set(harness.methods)
     for name, cls in METHODS.items():
         assert harness.methods[name] is cls
-        # MSTE (one expert per task) needs the task id by definition: task-incremental only.
-        settings = {clh.Setting.TASK_IL} if name == "mste" else {clh.Setting.CLASS_IL, clh.Setting.TASK_IL}
+        # MSTE (one expert per task) and PNN (one column per task) need the task id by definition:
+        # task-incremental only.
+        settings = {clh.Setting.TASK_IL} if name in ("mste", "pnn") else {clh.Setting.CLASS_IL, clh.Setting.TASK_IL}
         assert settings <= set(cls.settings), name
         if issubclass(cls, SupervisedMethod):   # trained by gradient: a declared learning rate
             assert "lr" in cls.hparams, name
