@@ -1,6 +1,7 @@
 """iCaRL, BiC, WA and PODNet (issue 16): each one's defining property on a hand-made case or a
 small digits run, and each beats fine-tuning on the quickstart's 5 x 2 digits split."""
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -147,3 +148,72 @@ def test_beats_finetune_on_digits(digits, finetune_accuracy, name):
     acc = [final_accuracy(name, digits, s) for s in SEEDS]
     print(f"\n{name} final accuracy {np.round(acc, 3)}; finetune {np.round(finetune_accuracy, 3)}")
     assert min(acc) > max(finetune_accuracy) + 0.3, (acc, finetune_accuracy)
+
+
+# --- PODNet (Douillard et al. 2020) ------------------------------------------------------------
+
+def test_pod_spatial_is_zero_for_identical_maps_and_matches_a_hand_computation():
+    from clharness_methods.podnet import pod_spatial
+    g = torch.Generator().manual_seed(0)
+    maps = [torch.randn(3, 4, 5, 6, generator=g), torch.randn(3, 7, generator=g)]
+    assert float(pod_spatial(maps, [m.clone() for m in maps])) == 0.0
+    # one 1-channel 2x2 map. old^2 = [[1, 4], [9, 0]]: sums over the width (rows) 5, 9 and over the
+    # height (columns) 10, 4 -> Phi_old = (5, 9, 10, 4) / sqrt(222); new^2 = [[1, 0], [0, 1]] ->
+    # Phi_new = (1, 1, 1, 1) / 2; the loss is || Phi_old - Phi_new ||_2.
+    old = torch.tensor([[[[1.0, 2.0], [3.0, 0.0]]]])
+    new = torch.tensor([[[[1.0, 0.0], [0.0, -1.0]]]])
+    phi_old = torch.tensor([5.0, 9.0, 10.0, 4.0]) / math.sqrt(222)
+    expected = float((phi_old - 0.5).norm())
+    assert float(pod_spatial([old], [new])) == pytest.approx(expected, rel=1e-6)
+    # two maps: the mean of the per-map losses; a flat (N, C) output counts as (N, C, 1, 1)
+    flat_old, flat_new = torch.tensor([[1.0, 2.0]]), torch.tensor([[2.0, 1.0]])
+    per_flat = float((torch.tensor([1.0, 4.0, 1.0, 4.0]) / math.sqrt(34)
+                      - torch.tensor([4.0, 1.0, 4.0, 1.0]) / math.sqrt(34)).norm())
+    assert float(pod_spatial([old, flat_old], [new, flat_new])) == pytest.approx((expected + per_flat) / 2, rel=1e-6)
+
+
+def test_podnet_takes_stage_outputs_from_generic_backbones():
+    from clharness.backbones import MLP, resnet32
+    from clharness_methods.podnet import capture_outputs, stage_modules
+    net = resnet32((3, 32, 32))
+    names = stage_modules(net, (3, 32, 32), "cpu")
+    with capture_outputs(net, names) as maps:
+        net(torch.zeros(2, 3, 32, 32))
+    assert [tuple(maps[n].shape[1:]) for n in names] == [(16, 32, 32), (32, 16, 16), (64, 8, 8)]  # 3 stages
+    assert stage_modules(MLP((1, 8, 8)), (1, 8, 8), "cpu") == ["net.2", "net.4"]   # each Linear+ReLU
+
+
+def test_lsc_and_nca_by_hand():
+    from clharness_methods.podnet import LocalSimilarityClassifier, nca_loss
+    lsc = LocalSimilarityClassifier(2, 1, 2)
+    with torch.no_grad():
+        lsc.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 3.0]]))   # two proxies of one class
+        lsc.eta.fill_(2.0)
+    h = torch.tensor([[3.0, 4.0]])                                 # cosines 0.6 and 0.8
+    s = torch.tensor([0.6, 0.8])
+    assert lsc(h).detach().item() == pytest.approx(2.0 * float((torch.softmax(s, 0) * s).sum()))
+    logits = torch.tensor([[2.0, 1.0, 0.5]])
+    assert float(nca_loss(logits, torch.tensor([0]), 0.6)) == pytest.approx(
+        max(0.0, -(2.0 - 0.6) + math.log(math.exp(1.0) + math.exp(0.5))))
+    assert float(nca_loss(torch.tensor([[9.0, 1.0, 0.5]]), torch.tensor([0]), 0.6)) == 0.0   # hinged
+
+
+def test_podnet_freezes_old_proxies_and_counts_its_state(digits):
+    podnet, tasks, _ = learned("podnet", digits, tasks_to_learn=1, epochs=2, finetune_epochs=2)
+    k = podnet.hp["proxies"]
+    rows = lambda classes: torch.cat([torch.arange(c * k, (c + 1) * k) for c in classes])   # noqa: E731
+    old = torch.nn.functional.normalize(podnet.model.head.weight.detach()[rows(tasks[0])], dim=1).clone()
+    _, exps, _ = split(digits, 0)
+    podnet.learn(exps[1])
+    after = torch.nn.functional.normalize(podnet.model.head.weight.detach()[rows(tasks[0])], dim=1)
+    assert torch.allclose(after, old, atol=1e-6)                  # directions kept (PyCIL freezes fc1)
+    assert podnet.map_names == ["net.2", "net.4"]
+    report = podnet.memory_report()
+    assert report.exemplars == 200
+    assert report.parameters == 2 * sum(p.numel() for p in podnet.model.parameters())
+
+
+def test_podnet_beats_finetune_on_digits(digits, finetune_accuracy):
+    acc = [final_accuracy("podnet", digits, s, finetune_epochs=5) for s in SEEDS]
+    print(f"\npodnet final accuracy {np.round(acc, 3)}; finetune {np.round(finetune_accuracy, 3)}")
+    assert min(acc) > max(finetune_accuracy) + 0.25, (acc, finetune_accuracy)
