@@ -108,7 +108,8 @@ MUTATIONS: tuple[Mutation, ...] = (
               "tests/test_cldyb_pipeline.py::test_ablations_of_figure_7_run")),
     Mutation("cldyb-greedy-argmin", "clharness/cldyb/sampling.py",
              "nxt = score.masked_fill(taken, -np.inf).argmax(1)", "nxt = score.masked_fill(taken, np.inf).argmin(1)",
-             ("tests/test_cldyb_sampling.py",)),
+             ("tests/test_cldyb_sampling.py::test_greedy_maximises_the_product_of_potentials_at_each_step",
+              "tests/test_cldyb_sampling.py::test_greedy_sampling_picks_whole_groups_of_similar_classes")),
     # training
     Mutation("sgd-drops-weight-decay", "clharness/training.py",
              "torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)",
