@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import sys
 from pathlib import Path
 
 import torch
@@ -126,6 +128,82 @@ def resnet32(input_shape) -> ResNet:
 
 # --- timm models -----------------------------------------------------------------------------------------
 
+# Pretrained weights without --clh-download come from local files only: a ``checkpoint`` file, or timm's
+# own caches (the Hugging Face hub cache, the torch hub cache). The session sets this (pytest_plugin).
+_downloads: dict = {"allowed": False}
+
+
+class WeightsMissing(FileNotFoundError):
+    """Pretrained weights that are not on this machine (and may not be downloaded)."""
+
+
+def _not_cached(model: str, looked: list[str], why: str = "") -> WeightsMissing:
+    where = " and in ".join(looked) or "no cache (timm names no weights file for it)"
+    return WeightsMissing(
+        f"timm backbone {model!r}: pretrained weights not found on this machine and downloads are off"
+        f"{f' ({why})' if why else ''}; looked in {where}. Fix: set checkpoint = \"PATH\" (a local weights "
+        "file) in the suite's backbone_options, or add --clh-download to fetch them into the cache once")
+
+
+def allow_downloads(allowed: bool) -> None:
+    """Whether pretrained weights may be downloaded (--clh-download). Off: timm loads cached files only,
+    and the Hugging Face hub runs in offline mode (HF_HUB_OFFLINE, also for code that calls it directly)
+    until ``reset_downloads()``."""
+    _downloads["allowed"] = allowed
+    if not allowed and "saved" not in _downloads:
+        _downloads["saved"] = os.environ.get("HF_HUB_OFFLINE")
+        _hub_offline("1")
+    elif allowed:
+        reset_downloads(allowed=True)
+
+
+def reset_downloads(allowed: bool = False) -> None:
+    """The hub's offline setting as it was before ``allow_downloads(False)`` (end of a session)."""
+    _downloads["allowed"] = allowed
+    if "saved" in _downloads:
+        _hub_offline(_downloads.pop("saved"))
+
+
+def _hub_offline(value: str | None) -> None:
+    if value is None:
+        os.environ.pop("HF_HUB_OFFLINE", None)
+    else:
+        os.environ["HF_HUB_OFFLINE"] = value
+    constants = sys.modules.get("huggingface_hub.constants")   # read at its import; is_offline_mode() reads this
+    if constants is not None:
+        constants.HF_HUB_OFFLINE = (value or "").upper() in ("1", "ON", "YES", "TRUE")
+
+
+def cached_weights(model: str) -> Path:
+    """The local file of timm's pretrained weights for ``model``: the Hugging Face cache entry timm would
+    load, else the torch hub cache file of its URL. Raises WeightsMissing naming every place it looked."""
+    import timm
+    import torch.hub
+    from urllib.parse import urlparse
+
+    if model.startswith(("hf-hub:", "hf_hub:")):   # timm reads such a model's config from the hub itself
+        raise _not_cached(model, [], "a hub model name: timm fetches its config and weights from the hub")
+    cfg = timm.models.get_pretrained_cfg(model)
+    if cfg is None:
+        raise _not_cached(model, [], "timm has no pretrained weights of that name")
+    looked = []
+    if cfg.hf_hub_id:
+        from huggingface_hub import constants, try_to_load_from_cache
+        repo, _, revision = cfg.hf_hub_id.partition("@")
+        names = [cfg.hf_hub_filename] if cfg.hf_hub_filename else ["model.safetensors", "pytorch_model.bin"]
+        for name in names:   # timm prefers the safetensors file
+            hit = try_to_load_from_cache(repo, name, cache_dir=constants.HF_HUB_CACHE, revision=revision or None)
+            if isinstance(hit, str):
+                return Path(hit)
+        looked.append(f"the Hugging Face cache {constants.HF_HUB_CACHE} ({repo}: {' or '.join(names)})")
+    if cfg.url:
+        path = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(urlparse(cfg.url).path)
+        if path.is_file():
+            return path
+        looked.append(f"the torch hub cache {path}")
+    raise _not_cached(model, looked)
+
+
 class TimmBackbone(nn.Module):
     """A timm model created with ``num_classes=0`` (forward gives pooled features).
     With ``freeze`` every parameter is frozen and the model stays in eval mode (fixed BN
@@ -155,7 +233,8 @@ def timm_backbone(input_shape, model: str = "vit_base_patch16_224", pretrained: 
                   **timm_kwargs) -> TimmBackbone:
     """Any timm model as a feature extractor.
 
-    ``pretrained``: timm's own weights (cache or hub). ``checkpoint``: a local weights file, loaded
+    ``pretrained``: timm's own weights: from its local caches, or downloaded only when the session
+    allows it (``allow_downloads``, --clh-download). ``checkpoint``: a local weights file, loaded
     through timm's pretrained path (``pretrained_cfg_overlay=dict(file=...)``) so the usual
     adaptations (input channels, position-embedding resampling, dropped classifier) apply; loading
     fails if any backbone weight is missing from the file. ``img_size``: passed to models that take
@@ -163,10 +242,14 @@ def timm_backbone(input_shape, model: str = "vit_base_patch16_224", pretrained: 
     import timm
 
     kwargs = dict(num_classes=0, in_chans=input_shape[0], **timm_kwargs)
+    if checkpoint is None and pretrained and not _downloads["allowed"]:
+        checkpoint = cached_weights(model)   # a cached file goes the checkpoint way: timm never asks the hub
     if checkpoint is not None:
         path = Path(checkpoint).expanduser()
         if not path.is_file():
-            raise FileNotFoundError(f"timm backbone {model!r}: checkpoint file {str(path)!r} does not exist")
+            raise WeightsMissing(f"timm backbone {model!r}: checkpoint file {str(path)!r} does not exist. Fix: point "
+                                 "checkpoint = \"PATH\" in the suite's backbone_options at a weights file on this "
+                                 "machine, or drop checkpoint and use pretrained = true with --clh-download")
         kwargs.update(pretrained_cfg_overlay=dict(file=str(path)))
         pretrained = True
     sizes = [img_size] if img_size is not None else [tuple(input_shape[1:]), None]

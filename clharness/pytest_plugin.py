@@ -70,6 +70,8 @@ def pytest_configure(config: pytest.Config) -> None:
         except StoreError as exc:
             raise pytest.UsageError(str(exc)) from None
         clh.harness   # two plugins claiming one name: a usage error now, not an INTERNALERROR later
+        from .backbones import allow_downloads
+        allow_downloads(config.getoption("clh_download"))   # off: no hub traffic, cached weights only
         if config.getoption("clh_device") not in ("auto", "cpu"):
             try:   # an unusable device fails up front, even when every run is stored and none trains
                 clh.device
@@ -185,10 +187,14 @@ class ClhSession:
         return self._store
 
     def pytest_unconfigure(self, config) -> None:
-        """Close the store (checkpointing its WAL): the .sqlite file alone then holds every record."""
+        """Close the store (checkpointing its WAL): the .sqlite file alone then holds every record.
+        The hub's offline setting goes back to what it was before the session."""
         if self._store is not None:
             self._store.close()
             self._store = None
+        if self._harness is not None:   # clharness was active, so backbones set the hub's mode
+            from .backbones import reset_downloads
+            reset_downloads()
 
     # --- plugins: every pytest plugin (conftest.py, -p module) with clharness hooks joins ---
     def pytest_plugin_registered(self, plugin, plugin_name) -> None:

@@ -23,11 +23,16 @@ import numpy as np
 import torch
 
 from . import __version__, metrics
+from .backbones import WeightsMissing
 from .hparams import resolve
 from .method import Context, Diverged, Method, MethodError, Setting
 from .results import RunRecord, run_key
 from .scenarios import Scenario, build_scenario
 from .suites import ScenarioSpec, spec_definition
+
+
+OOM_HINT = ("Hint: out of memory. Lower batch_size (and eval_batch_size) in the suite, run with --clh-quick, "
+            "or run fewer pytest-xdist workers per GPU (-n)")
 
 
 @dataclass(frozen=True)
@@ -146,10 +151,14 @@ def _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_
         record.status = "passed"
     except Diverged as exc:
         record.status, record.message = "diverged", f"{case.method} diverged at task {record.failed_task}: {exc}"
+    except WeightsMissing as exc:   # this machine lacks the suite's weights: a setup error, not the method's
+        record.status, record.message = "error", f"{type(exc).__name__}: {exc}"
     except Exception as exc:
         where = f"task {record.failed_task}" if record.failed_task >= 0 else "construction"
         record.status = "failed"
         record.message = f"method {case.method!r} failed at {where}: {type(exc).__name__}: {exc}"
+        if isinstance(exc, (MemoryError, torch.cuda.OutOfMemoryError)):
+            record.message += "\n" + OOM_HINT
         if not isinstance(exc, MethodError):
             record.message += "\n" + "".join(traceback.format_exception(exc)[-6:])
     record.failed_task = None if record.status == "passed" else max(record.failed_task, 0)

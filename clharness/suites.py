@@ -153,6 +153,9 @@ def load_suite(path: str | Path, quick: bool = False) -> Suite:
     methods = head.get("methods", [])
     if not isinstance(methods, list) or not all(isinstance(m, str) for m in methods):
         raise SuiteError(f"{path}: [suite] methods must be a list of method names, got {methods!r}")
+    if "methods" in head and not methods:   # an empty list would silently mean "every method"
+        raise SuiteError(f"{path}: [suite] methods = [] names no method; remove the methods key to run every "
+                         "applicable method, or name the methods to run, e.g. methods = [\"er\", \"ewc\"]")
 
     # [defaults] < [[scenario]] < [quick] < the scenario's own quick = {...}. Both the plain and the
     # quick variant of every scenario are checked, so a typo in a quick table never hides.
