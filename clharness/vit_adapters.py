@@ -8,7 +8,8 @@ model's own blocks so its weights stay shared (the prompt counterpart is ``vit_p
   ``ffn_option="parallel"``: x + MLP(LN(x)) + adapter(x), the adapter reading the residual stream)
   and/or beside its attention (LAE's attention adapter: x + Attn(LN(x)) + adapter(LN(x)));
 - ``AdaptedViT``: the [CLS] feature of the frozen ViT with one fixed set of adapters and/or VPT
-  prompt tokens, an ``out_dim`` feature extractor that ``FrozenFeatures`` can cache once trained.
+  prompt tokens, an ``out_dim`` feature extractor that ``FrozenFeatures`` can cache once trained;
+- ``layer_range``: a method's "first-last" block range hyperparameter, checked against the depth.
 """
 from __future__ import annotations
 
@@ -18,7 +19,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .hparams import HParamError
 from .vit_prompts import embed, insert_prompts
+
+
+def layer_range(spec: str, depth: int, method: str, name: str = "layers") -> list[int]:
+    """'a-b' (inclusive) -> [a .. b], checked against the ViT's depth."""
+    try:
+        lo, hi = (int(v) for v in spec.split("-"))
+    except ValueError:
+        raise HParamError(f"method {method!r}: {name}={spec!r} must look like 'first-last', e.g. '0-4'") from None
+    if not 0 <= lo <= hi < depth:
+        raise HParamError(f"method {method!r}: {name}={spec!r} is outside the ViT's blocks 0-{depth - 1}; "
+                          f"choose e.g. {name}='0-{min(4, depth - 1)}'")
+    return list(range(lo, hi + 1))
 
 
 class Adapter(nn.Module):

@@ -36,19 +36,8 @@ from torch import nn
 import clharness as clh
 from clharness.feature_cache import FrozenFeatures
 from clharness.training import NEG, TaskLabels, Trainer, optimizer_space
+from clharness.vit_adapters import layer_range
 from clharness.vit_prompts import embed, forward_blocks, vit_of
-
-
-def layer_range(spec: str, depth: int, method: str, name: str = "layers") -> list[int]:
-    """'a-b' (inclusive) -> [a .. b], checked against the ViT's depth."""
-    try:
-        lo, hi = (int(v) for v in spec.split("-"))
-    except ValueError:
-        raise clh.HParamError(f"method {method!r}: {name}={spec!r} must look like 'first-last', e.g. '0-4'") from None
-    if not 0 <= lo <= hi < depth:
-        raise clh.HParamError(f"method {method!r}: {name}={spec!r} is outside the ViT's blocks 0-{depth - 1}; "
-                              f"choose e.g. {name}='0-{min(4, depth - 1)}'")
-    return list(range(lo, hi + 1))
 
 
 def gram_schmidt(old: torch.Tensor, n: int, gen: torch.Generator) -> torch.Tensor:

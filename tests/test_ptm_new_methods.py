@@ -134,3 +134,57 @@ def test_ease_adds_one_frozen_adapter_set_per_task_and_complements_old_prototype
     cos = [F.cosine_similarity(s.backbone(xt), P[j][2][None]) for j, s in enumerate(method.subspaces)]
     torch.testing.assert_close(method.predict(xt)[:, 2], cos[1] + 0.1 / 2 * (cos[0] + cos[2]), rtol=1e-4, atol=1e-5)
     assert accuracy(method, data) > 0.8
+
+
+def test_lae_offline_pet_is_the_ema_of_the_online_one_and_predictions_ensemble_both(data):
+    method = METHODS["lae"](context(epochs=1), layers="0-1", ema_decay=0.9, freeze_epochs=0, lr=0.01)
+    exp = experiences(data)[0]
+    method.labels.add(exp)
+    method.seen[list(exp.classes)] = True
+    trainer = clh.training.Trainer.for_method(method, [*method.online.parameters(), *method.head.parameters()])
+    x, y = next(exp.batches(16, shuffle=False))
+    for _ in range(2):
+        off = [p.clone() for p in method.offline.parameters()]
+        method.train_step(trainer, x, y)
+        moved = 0
+        for old, new, on in zip(off, method.offline.parameters(), method.online.parameters()):
+            torch.testing.assert_close(new, 0.9 * old + 0.1 * on.detach(), rtol=1e-6, atol=1e-7)
+            moved += int(not torch.equal(new, old))
+        assert moved == len(off)                      # every offline tensor followed its online twin
+    # ensemble: class-wise max of the two models' softmax over the seen classes
+    xt, _ = next(data[2][0].batches(6, shuffle=False))
+    p_on = F.softmax(method.head(method.represent(xt, method.online))[:, :2], 1)
+    p_off = F.softmax(method.head(method.represent(xt, method.offline))[:, :2], 1)
+    assert not torch.allclose(p_on, p_off, atol=1e-4)
+    torch.testing.assert_close(method.predict(xt)[:, :2], torch.maximum(p_on, p_off), rtol=1e-5, atol=1e-6)
+    assert (method.predict(xt)[:, 2:] == -1e4).all()
+
+
+def test_lae_compensated_prefix_adds_the_prefix_attention_to_the_damped_block_attention(data):
+    from clharness_methods.lae import Prefix, compensated_prefix_attention
+    method = METHODS["lae"](context(), layers="0-1")
+    attn = method.frozen.backbone.model.blocks[0].attn
+    torch.manual_seed(1)
+    prefix = Prefix(4, 192)
+    with torch.no_grad():
+        prefix.key.normal_()
+        prefix.value.normal_()
+    h = torch.randn(2, 5, 192)
+    q, k, v = attn.qkv(h).reshape(2, 5, 3, 3, 64).permute(2, 0, 3, 1, 4).unbind(0)
+    pk, pv = prefix.key.reshape(4, 3, 64).transpose(0, 1), prefix.value.reshape(4, 3, 64).transpose(0, 1)
+    s_tok, s_pre = q @ k.transpose(-2, -1) / 8, q @ pk.transpose(-2, -1) / 8
+    lam = s_pre.exp().sum(-1, keepdim=True) / (s_pre.exp().sum(-1, keepdim=True) + s_tok.exp().sum(-1, keepdim=True))
+    # (1 - λ) Attn(x) + Attn_prefix(x): the plain block attention damped, the prefix's at full weight
+    mixed = (1 - lam) * (s_tok.softmax(-1) @ v) + s_pre.softmax(-1) @ pv
+    expected = attn.proj(mixed.transpose(1, 2).reshape(2, 5, 192))
+    torch.testing.assert_close(compensated_prefix_attention(attn, h, prefix), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_lae_learns_with_either_pet(data):
+    for pet in ("prefix", "adapter"):
+        method = METHODS["lae"](context(epochs=3), layers="0-1", pet=pet, freeze_epochs=1, lr=0.01)
+        start = [p.detach().clone() for p in method.online.parameters()]
+        for exp in experiences(data):
+            method.learn(exp)
+        assert all(not torch.equal(a, b) for a, b in zip(start, method.online.parameters()))
+        assert min(task_il_accuracy(method, data)) > 0.8

@@ -1,0 +1,157 @@
+"""LAE, Learning-Accumulation-Ensemble (Gao et al., ICCV 2023, "A unified continual learning
+framework with general parameter-efficient tuning").
+
+A frozen pretrained ViT with one parameter-efficient tuning (PET) module per prompted block
+(``layers``, default blocks 0-4) and a linear classifier over all classes.
+
+- Learning (sec. 3.3): the online PET θ_on and the classifier learn every task with cross-entropy
+  over the current task's classes (old classes' logits masked); for the first ``freeze_epochs`` of
+  each task the PET is frozen and only the classifier learns (calibrating the classifier before the
+  PET moves, the code's ``num_freeze_epochs`` = 3 of 5 epochs).
+- Accumulation: after every optimisation step the offline PET accumulates the online one,
+      θ_off ← m θ_off + (1 − m) θ_on,   m = 0.9999 (``ema_decay``),
+  so the offline module changes slowly and keeps old knowledge.
+- Ensemble: at inference both models (frozen ViT + θ_on, frozen ViT + θ_off, the same classifier)
+  score the image and the prediction is the class-wise maximum of their softmax probabilities
+  over the classes seen so far (``predict`` returns these probabilities; unseen classes get a
+  large negative value).
+
+PET kinds (``pet``): "prefix" (the code's default): ``pet_length`` = 10 learnable key and value
+prefix tokens per block (uniform(0, 0.01) initialised, each half with a learnable scale), with
+LAE's compensation: after the softmax the prefix's attention share λ is renormalised to 1, so the
+block sees (1 − λ) Attn(x) + Attn_prefix(x) instead of the plain prefix's convex mix (sec. 3.2);
+"adapter": a parallel adapter beside the attention, Linear(D, ``down_sample_dim`` = 5), GELU,
+Linear(5, D) (zero-initialised), learnable scale. Defaults are LAMDA-PILOT's ``lae.json``: Adam,
+lr 0.0028125, no weight decay, constant schedule.
+
+Deliberate differences: the LoRA PET is not offered; the online PET is not reset between tasks
+(as in the code); epochs are ``context.epochs`` (the code's tuned_epoch, 5)."""
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import clharness as clh
+from clharness.feature_cache import FrozenFeatures
+from clharness.training import NEG, TaskLabels, Trainer, optimizer_space
+from clharness.vit_adapters import Adapter, layer_range
+from clharness.vit_prompts import embed, vit_of
+
+
+class Prefix(nn.Module):
+    """Key and value prefix tokens (L, D) of one block, each scaled by a learnable scalar."""
+
+    def __init__(self, length: int, dim: int):
+        super().__init__()
+        self.key = nn.Parameter(torch.empty(length, dim).uniform_(0, 0.01))
+        self.value = nn.Parameter(torch.empty(length, dim).uniform_(0, 0.01))
+        self.key_scale = nn.Parameter(torch.ones(()))
+        self.value_scale = nn.Parameter(torch.ones(()))
+
+
+def compensated_prefix_attention(attn: nn.Module, x: torch.Tensor, prefix: Prefix) -> torch.Tensor:
+    """timm ``Attention`` with key/value prefixes whose attention share λ is renormalised to 1:
+    Σ_{j tokens} a_j v_j + Σ_{p prefix} (a_p / λ) p_v, λ = Σ_p a_p (LAE's compensatory prefix)."""
+    B, N, C = x.shape
+    heads = attn.num_heads
+    hd = C // heads
+    q, k, v = attn.qkv(x).reshape(B, N, 3, heads, hd).permute(2, 0, 3, 1, 4).unbind(0)
+    q, k = attn.q_norm(q), attn.k_norm(k)
+    L = prefix.key.shape[0]
+    pk = (prefix.key * prefix.key_scale).reshape(L, heads, hd).transpose(0, 1).expand(B, -1, -1, -1)
+    pv = (prefix.value * prefix.value_scale).reshape(L, heads, hd).transpose(0, 1).expand(B, -1, -1, -1)
+    scores = (q * hd ** -0.5) @ torch.cat([pk.to(k.dtype), k], 2).transpose(-2, -1)
+    a = attn.attn_drop(scores.softmax(-1))
+    lam = a[..., :L].sum(-1, keepdim=True)
+    a = torch.cat([a[..., :L] / lam.clamp(min=1e-12), a[..., L:]], -1)
+    out = (a @ torch.cat([pv.to(v.dtype), v], 2)).transpose(1, 2).reshape(B, N, C)
+    out = getattr(attn, "norm", nn.Identity())(out)
+    return attn.proj_drop(attn.proj(out))
+
+
+class LAE(clh.Method):
+    name = "lae"
+    hparams = {**optimizer_space(lr=0.0028125, optimizer="adam"),
+               "pet": clh.Choice(["prefix", "adapter"], default="prefix"),
+               "pet_length": clh.Int(1, 200, default=10, when={"pet": ["prefix"]}),
+               "down_sample_dim": clh.Int(1, 4096, default=5, when={"pet": ["adapter"]}),
+               "layers": clh.Choice(["0-4", "0-1", "0-0", "1-1", "0-2", "0-3", "0-5"], default="0-4"),
+               "ema_decay": clh.Float(0.0, 1.0, default=0.9999),
+               "freeze_epochs": clh.Int(0, 1000, default=3)}
+
+    def __init__(self, context, **hparams):
+        super().__init__(context, **hparams)
+        self.frozen = FrozenFeatures(context.make_backbone(), amp=context.amp)
+        vit = vit_of(self.frozen, self.name)
+        self.layers = layer_range(self.hp["layers"], len(vit.blocks), self.name)
+        dim = vit.embed_dim
+        with torch.random.fork_rng(devices=[]):   # the PET's initialisation follows the run's seed
+            torch.manual_seed(context.seed)
+            if self.hp["pet"] == "prefix":
+                pets = [Prefix(self.hp["pet_length"], dim) for _ in self.layers]
+            else:
+                pets = [Adapter(dim, self.hp["down_sample_dim"], scale=None, activation=nn.GELU) for _ in self.layers]
+        self.online = nn.ModuleList(pets).to(context.device)
+        self.offline = copy.deepcopy(self.online).requires_grad_(False)   # starts equal to the online PET
+        self.head = nn.Linear(dim, context.num_classes).to(context.device)
+        self.labels = TaskLabels(context)
+        self.seen = torch.zeros(context.num_classes, dtype=torch.bool, device=context.device)
+
+    def represent(self, x: torch.Tensor, pets: nn.ModuleList) -> torch.Tensor:
+        """[CLS] output of the frozen ViT with the PET modules ``pets`` on the prompted blocks."""
+        vit = vit_of(self.frozen, self.name)
+        tokens = embed(vit, x)
+        at = dict(zip(self.layers, pets))
+        for i, block in enumerate(vit.blocks):
+            pet = at.get(i)
+            if pet is None:
+                tokens = block(tokens)
+                continue
+            h = block.norm1(tokens)
+            a = compensated_prefix_attention(block.attn, h, pet) if isinstance(pet, Prefix) else block.attn(h) + pet(h)
+            tokens = tokens + block.drop_path1(block.ls1(a))
+            tokens = tokens + block.drop_path2(block.ls2(block.mlp(block.norm2(tokens))))
+        return vit.forward_head(vit.norm(tokens), pre_logits=True)
+
+    @torch.no_grad()
+    def accumulate(self) -> None:
+        """θ_off ← m θ_off + (1 − m) θ_on."""
+        m = self.hp["ema_decay"]
+        for off, on in zip(self.offline.parameters(), self.online.parameters()):
+            off.mul_(m).add_(on.detach(), alpha=1 - m)
+
+    def train_step(self, trainer: Trainer, x: torch.Tensor, y: torch.Tensor) -> None:
+        trainer.step(lambda x, y: F.cross_entropy(self.labels.mask_current(self.head(self.represent(x, self.online))), y),
+                     x, y)
+        self.accumulate()
+
+    def learn(self, experience):
+        self.labels.add(experience)
+        self.seen[list(experience.classes)] = True
+        trainer = Trainer.for_method(self, [*self.online.parameters(), *self.head.parameters()])
+        gen = torch.Generator().manual_seed(experience.seed)
+        for epoch in range(self.context.epochs):
+            self.online.requires_grad_(epoch >= self.hp["freeze_epochs"])   # first the classifier alone
+            for x, y in experience.batches(generator=gen):
+                self.train_step(trainer, x, y)
+        trainer.check()
+        self.online.requires_grad_(True)
+
+    @torch.no_grad()
+    def probabilities(self, x: torch.Tensor, pets: nn.ModuleList) -> torch.Tensor:
+        """Softmax over the classes seen so far (0 elsewhere)."""
+        logits = self.head(self.represent(x, pets)).float().masked_fill(~self.seen, float("-inf"))
+        return logits.softmax(1)
+
+    @torch.no_grad()
+    def features(self, x):
+        return self.represent(x, self.online).float()
+
+    @torch.no_grad()
+    def predict(self, x, task_id=None):
+        if not self.seen.any():
+            return torch.full((len(x), self.context.num_classes), NEG, device=x.device)
+        with torch.autocast("cuda", dtype=torch.float16, enabled=self.context.amp and x.is_cuda):
+            both = torch.maximum(self.probabilities(x, self.online), self.probabilities(x, self.offline))
+        return both.masked_fill(~self.seen, NEG)
