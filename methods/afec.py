@@ -5,8 +5,8 @@ of negative transfer in continual learning", NeurIPS; reference: lywang3081/AFEC
 EWC protects the old tasks' parameters; AFEC adds a second quadratic term that pulls the main
 model towards an expanded model trained on the new task alone, weighted by that model's Fisher,
 so the main model actively forgets old knowledge that would hinder the new task. The main
-model minimises (the paper's AFEC objective, section 4 (eq. 9 in the arXiv version), with the
-Fisher approximation of its Bayesian derivation)
+model minimises the paper's AFEC objective (its section 4, the Fisher approximation of its Bayesian
+derivation; equation numbers not cited: the paper text was not available offline, the code was)
 
     L_B(theta) + lambda/2 sum_i F_A,i (theta_i - theta*_A,i)^2 + lambda_e/2 sum_i F_e,i (theta_i - theta*_e,i)^2
 

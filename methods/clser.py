@@ -6,11 +6,13 @@ averages of its weights act as semantic memories: a plastic one (frequent update
 one (rare updates). Each step:
 
 - for the memory minibatch (x_m, y_m), the EMA whose softmax gives y_m the higher probability
-  supplies the target logits Z (per sample; paper section 3.2, the selection criterion);
-- loss = CE(f([x; x_m]), [y; y_m]) + lambda * MSE(f(x_m), Z)  (paper eq. 1-2: L = L_CE + lambda L_CR);
+  supplies the target logits Z (per sample; the paper's selection criterion, section 3);
+- loss = CE(f([x; x_m]), [y; y_m]) + lambda * MSE(f(x_m), Z)  (the paper's L_CE + lambda L_CR);
 - after the optimizer step, with probability r_P (r_S) the plastic (stable) model moves towards the
   working weights: theta_EMA <- a theta_EMA + (1 - a) theta_W with a = min(1 - 1/(step + 1), alpha_P/S)
-  (paper eq. 3 and Algorithm 1; the warm-up min() is the reference code's).
+  (the paper's EMA update and Algorithm 1; the warm-up min() is the reference code's).
+
+Equation numbers are not cited: the paper text was not available offline; the reference code was.
 
 Inference uses the stable model (paper section 3.3; the reference's best results).
 
@@ -75,7 +77,7 @@ class CLSER(SupervisedMethod):
 
     @torch.no_grad()
     def ema_update(self, ema: torch.nn.Module, decay: float) -> None:
-        """theta_EMA <- a theta_EMA + (1 - a) theta_W, a = min(1 - 1/(step + 1), decay) (eq. 3)."""
+        """theta_EMA <- a theta_EMA + (1 - a) theta_W, a = min(1 - 1/(step + 1), decay)."""
         a = min(1.0 - 1.0 / (self.global_step + 1), decay)
         for e, w in zip(ema.parameters(), self.model.parameters()):
             e.mul_(a).add_(w.detach(), alpha=1.0 - a)

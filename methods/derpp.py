@@ -3,7 +3,8 @@ learning: a strong, simple baseline", NeurIPS; reference: aimagelab/mammoth ``mo
 
 A reservoir memory keeps, for every stored sample, the logits the network produced for it in the
 step the sample entered the memory ("dark knowledge" sampled along the optimisation trajectory).
-Each step minimises (the DER++ objective, paper section 3, eq. 6; DER is eq. 4 without the last term)
+Each step minimises the DER++ objective (paper section 3, "DER++"; DER is it without the last term;
+equation numbers not cited: the paper text was not available offline, the reference code was)
 
     CE(f(x), y)  +  alpha * MSE(h(x'), z')  +  beta * CE(f(x''), y'')
 
@@ -65,7 +66,7 @@ class DERpp(SupervisedMethod):
         return self.buffer.x[slots], self.buffer.y[slots], self.buffer_logits[slots], slots
 
     def derpp_loss(self, logits, y):
-        """The DER++ objective (eq. 6) given the stream batch's logits."""
+        """The DER++ objective given the stream batch's logits."""
         loss = self.cross_entropy(logits, y)
         if len(self.buffer):
             x1, _, z1, _ = self.sample(len(y))
