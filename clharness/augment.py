@@ -10,7 +10,8 @@ seeded by the run (``Experience`` owns it), so a run is reproducible and ``none`
 
 Every op works on the whole minibatch at once (no per-sample Python loop): crop and flip together
 as one ``gather`` over the padded batch (on the uint8 pixels where the data allow it), brightness
-as a per-sample affine map (fused into the uint8 -> float normalisation on the hot path), random resized crops (and their flips) as one ``affine_grid`` + ``grid_sample``.
+as a per-sample affine map (fused into the uint8 -> float normalisation on the hot path), random
+resized crops (and their flips) as one ``affine_grid`` + ``grid_sample``.
 Inputs are float tensors in any affine pixel space, described by a ``Frame``: the per-channel
 values of black and white. The harness augments after its uint8 -> mean/std normalisation, so
 the frame is (-mean/std, (1-mean)/std); brightness then acts exactly as on [0, 1] pixels
@@ -21,6 +22,8 @@ Deliberate differences from the torchvision/PIL pipelines the recipes come from:
 - pixels stay float: no rounding to uint8 after brightness jitter;
 - random resized crops sample bilinearly without antialiasing (PIL/torchvision antialias when
   a crop is shrunk; for the usual upscaling to 224 there is no difference);
+- replay memories keep the raw (test-view) float images a method offered them, counted as uint8
+  (CLDyB B.4); replayed samples are augmented from that view (a crop of the eval view for ``vit``);
 - the random resized crop box is drawn as torchvision draws it (10 tries of scale and log-ratio,
   first valid one, else the centre crop with clamped ratio), with all tries drawn at once;
 - ``Recipe.eval``'s "resize shorter side to 256, centre crop 224" is one resampling of the
