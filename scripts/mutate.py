@@ -8,9 +8,10 @@ mutation and the kill rate; exits 1 if any mutation survives (or 2 if the tests 
     python scripts/mutate.py --list
 
 The shared working tree is never edited: the copy lives in a temporary folder, and the tests run
-there with PYTHONPATH=<copy>:<copy>/tests, so the copy's ``clharness`` (the mutated one) is what
-pytest and its ``pytest11`` entry point import. (``clharness_methods`` still comes from the editable
-install; no mutation touches methods/.) Not part of the test command: it takes minutes.
+there with PYTHONPATH=<copy>:<copy>/tests:<copy>/.mutate-packages, so the copy's ``clharness`` (the
+mutated one) is what pytest and its ``pytest11`` entry point import, and the copy's methods/ and suites/
+are ``clharness_methods`` and ``clharness_suites`` (links in .mutate-packages, as pyproject's
+package-dir maps them). Not part of the test command: it takes minutes.
 
 Every mutation names its file, the exact original text (which must occur exactly once; a
 mutation whose text is gone fails loudly: re-point the table after a refactor), the replacement
@@ -142,13 +143,21 @@ def copy_repository(worktree: bool) -> Path:
         archive = subprocess.run(["git", "archive", "--format=tar", "HEAD"], cwd=REPO, capture_output=True,
                                  check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    links = dest / ".mutate-packages"   # pyproject's package-dir: methods/ -> clharness_methods, ...
+    links.mkdir()
+    (links / "clharness_methods").symlink_to(dest / "methods", target_is_directory=True)
+    (links / "clharness_suites").symlink_to(dest / "suites", target_is_directory=True)
     return dest
+
+
+def _env(copy: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONPATH": os.pathsep.join([str(copy), str(copy / "tests"), str(copy / ".mutate-packages")])}
 
 
 def run_tests(copy: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, float, str]:
     """('pass' | 'fail' | 'timeout', seconds, output tail) of the tests in the copy."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(copy), str(copy / "tests")]),
-           "PYTHONDONTWRITEBYTECODE": "1"}
+    env = _env(copy)
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
     t0 = time.perf_counter()
     try:
@@ -160,11 +169,11 @@ def run_tests(copy: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, 
 
 
 def check_imports_copy(copy: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(copy), str(copy / "tests")])}
-    where = subprocess.run([sys.executable, "-c", "import clharness, clharness.pytest_plugin as p; print(p.__file__)"],
-                           cwd=copy, env=env, capture_output=True, text=True, check=True).stdout.strip()
-    if not Path(where).resolve().is_relative_to(copy.resolve()):
-        sys.exit(f"mutate: the copy's tests would import clharness from {where}, not from the copy {copy}")
+    code = "import clharness.pytest_plugin as p, clharness_methods as m; print(p.__file__); print(m.__file__)"
+    for where in subprocess.run([sys.executable, "-c", code], cwd=copy, env=_env(copy), capture_output=True,
+                                text=True, check=True).stdout.split():
+        if not Path(where).is_relative_to(copy):
+            sys.exit(f"mutate: the copy's tests would import {where}, not the copy's code under {copy}")
 
 
 def apply(copy: Path, m: Mutation) -> str:
