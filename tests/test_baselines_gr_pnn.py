@@ -45,3 +45,44 @@ def test_pnn_beats_finetune_task_incremental(digits):  # noqa: F811
 
 def test_pnn_is_task_incremental_only():
     assert METHODS["pnn"].settings == {TASK_IL}
+
+
+# --- Generative Replay ----------------------------------------------------------------------------
+
+def test_generative_replay_replays_generated_old_class_samples_labelled_by_the_previous_solver(digits):  # noqa: F811
+    """Shin et al. 2017, section 3: from the second task on, each step adds samples of the previous
+    generator labelled by the previous solver (M2I: 200 per step); the generator's samples have the
+    input's shape."""
+    tasks, exps, _ = split(digits, 0)
+    torch.manual_seed(0)
+    gr = METHODS["generative_replay"](context(0, epochs=2))
+    gr.learn(exps[0])
+    solver_after_0 = {k: v.clone() for k, v in gr.model.state_dict().items()}
+    sizes = []
+    loss = gr.loss
+    gr.loss = lambda x, y: sizes.append(len(y)) or loss(x, y)
+    gr.learn(exps[1])
+    assert sizes and all(1 <= n - 200 <= 32 for n in sizes)   # every minibatch carries 200 replayed samples
+    assert all(torch.equal(v, solver_after_0[k]) for k, v in gr.previous_solver.state_dict().items())
+    assert gr.previous_classes == list(tasks[0])
+    x, y = gr.replay(64)
+    assert x.shape == (64, 1, 8, 8) and torch.isfinite(x).all()
+    assert gr.generator.generate(5).shape == (5, 1, 8, 8)
+    assert set(y.tolist()) <= set(tasks[0])                 # labels of the old classes only
+    logits = gr.previous_solver(x)
+    old = torch.tensor(tasks[0])
+    assert torch.equal(y, old[logits[:, old].argmax(1)])    # ... given by the previous solver
+    report = gr.memory_report()
+    modules = (gr.model, gr.generator, gr.previous_solver, gr.previous_generator)
+    assert report.parameters == sum(p.numel() for m in modules for p in m.parameters())
+
+
+def test_generative_replay_beats_finetune_class_incremental(digits):  # noqa: F811
+    """At the quickstart budget (5 epochs) the VAE is undertrained and the previous solver labels
+    most replayed samples as one class; GR still keeps part of the old tasks (about 0.28 against
+    finetune's 0.20; with 30 epochs per task it reaches about 0.8)."""
+    gr = [run("generative_replay", digits, s) for s in SEEDS]
+    finetune = [run("finetune", digits, s) for s in SEEDS]
+    print("\nclass-IL final accuracy generative_replay", np.round(gr, 3), "finetune", np.round(finetune, 3))
+    assert all(g > f for g, f in zip(gr, finetune))
+    assert np.mean(gr) > np.mean(finetune) + 0.04
