@@ -153,5 +153,17 @@ def test_missing_dataset_is_a_case_error_naming_it(pytester, tmp_path):
 
 
 def test_scenario_spec_round_trips_through_the_case_hash():
+    from clharness.plugins import Harness
+    from clharness.results import run_key
+    from clharness.runner import Case, case_key, versions
     spec = _spec()
     assert dataclasses.asdict(spec)["options"]["curriculum"] == "m2i"
+    method = Harness().methods["finetune"]
+    m2i, i2m = Case("m2i", spec, "finetune", 0), Case("m2i", _spec("i2m"), "finetune", 0)
+    definition = json.loads(json.dumps(m2i.definition(method, versions()), sort_keys=True, default=str))
+    assert definition["scenario"]["options"]["curriculum"] == "m2i"   # the curriculum is part of the key
+    assert run_key(definition) == case_key(m2i, method)                 # the JSON form hashes to the same key
+    assert case_key(Case("m2i", _spec(), "finetune", 0), method) == case_key(m2i, method)
+    assert case_key(i2m, method) != case_key(m2i, method)
+    reversed_only = with_overrides(spec, options={**spec.options, "curriculum": "i2m"})
+    assert case_key(Case("m2i", reversed_only, "finetune", 0), method) != case_key(m2i, method)
