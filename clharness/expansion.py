@@ -63,6 +63,9 @@ class BranchNet(nn.Module):
         z = self.trunk(x)
         return [b(z).flatten(1) for b in self.branches]
 
+    def newest_features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.branches[-1](self.trunk(x)).flatten(1)
+
     def features(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat(self.branch_features(x), 1)
 

@@ -205,3 +205,62 @@ def test_memo_clone_and_memory_report(digits):
     for exp in exps[:2]:
         method.learn(exp)
     assert_clone_is_independent(method, tasks, tests, exps[2])
+
+
+# --- BEEF -------------------------------------------------------------------------------------------
+
+def test_beef_negatives_start_from_the_rotated_batch_and_descend_the_energy():
+    from clharness_methods.beef import sample_negatives
+    x = torch.randn(3, 1, 4, 4)
+    rotated = torch.rot90(x, 2, (2, 3))
+    # energy sum(z^2): one step of lr 0.1 scales the rotated batch by 1 - 0.2
+    z = sample_negatives(lambda z: (z ** 2).sum(), x, steps=1, lr=0.1, noise=0.0)
+    assert torch.allclose(z, 0.8 * rotated)
+    assert torch.equal(sample_negatives(lambda z: z.sum(), x, steps=0), rotated)
+
+
+def test_beef_merged_head_equals_the_fused_classifier(digits):
+    tasks, exps, tests = split(digits, 0)
+    torch.manual_seed(0)
+    method = METHODS["beef"](context(0, epochs=1))
+    method.learn(exps[0])
+    x = next(iter(tests[0].batches(64)))[0]
+    merge, seen = method.merge, {}
+
+    def checked_merge():
+        with torch.no_grad():
+            for layer in method.biases:         # non-trivial bias layers
+                layer.alpha.fill_(0.3)
+                layer.beta.fill_(-0.2)
+            method.model.eval()
+            seen["fused"] = method.fused_logits(method.model.branch_features(x))
+        merge()
+    method.merge = checked_merge
+    method.learn(exps[1])
+    merged = method.model(x)
+    classes = list(tasks[0] + tasks[1])
+    assert torch.allclose(merged[:, classes], seen["fused"][:, classes], atol=1e-5)
+    assert len(method.model.branches) == 2 and method.old_head is None and len(method.biases) == 0
+
+
+def test_beef_grows_one_backbone_per_task_and_freezes_the_old_ones(digits):
+    counts = []
+    for t, (method, _, _) in enumerate(learn_tasks("beef", digits, n=3, epochs=1)):
+        counts.append(method.memory_report().parameters)
+        if t == 0:
+            first = copy.deepcopy(method.model.branches[0].state_dict())
+    for k, v in method.model.branches[0].state_dict().items():
+        assert torch.equal(v, first[k]), k
+    assert np.diff(counts).tolist() == [BACKBONE + HEAD_COLUMNS] * 2
+
+
+def test_beef_beats_finetune(digits, finetune_acc):
+    assert_beats_finetune("beef", digits, finetune_acc)
+
+
+def test_beef_clone_and_memory_report(digits):
+    tasks, exps, tests = split(digits, 0)
+    method = METHODS["beef"](context(0, epochs=1))
+    for exp in exps[:2]:
+        method.learn(exp)
+    assert_clone_is_independent(method, tasks, tests, exps[2])
