@@ -58,12 +58,20 @@ def summarize(records: Iterable[RunRecord], columns: Sequence[str] = COLUMNS,
 def rank_agreement(summary: pd.DataFrame, metric: str = "final_acc", min_methods: int = 3) -> pd.DataFrame:
     """Do two scenarios rank the methods alike? For every pair of scenarios of a suite that share
     at least ``min_methods`` methods with a seed mean of ``metric``: Spearman's rho and Kendall's
-    tau (with p-values) between the two rankings (CLDyB Table 1 compares rankings this way)."""
+    tau (with p-values) between the two rankings (CLDyB Table 1 compares rankings this way).
+    A GTEP scenario enters with its evaluation phase (``X:eval`` as ``X``); its tuning configurations
+    (``X:tune-cK``) are not scenarios, and tuning vs evaluation is the GTEP section's Kendall tau."""
+    from .gtep import split_scenario
     rows = []
     if summary.empty or metric not in summary:
         return pd.DataFrame(rows)
     for suite, group in summary.groupby("suite", sort=False):
-        scores = {sc: dict(zip(g.method, g[metric])) for sc, g in group.groupby("scenario", sort=False)}
+        scores = {}
+        for sc, g in group.groupby("scenario", sort=False):
+            phase = split_scenario(sc)
+            if phase is not None and phase[1] == "tune":
+                continue
+            scores[phase[0] if phase else sc] = dict(zip(g.method, g[metric]))
         names = list(scores)
         for i, a in enumerate(names):
             for b in names[i + 1:]:

@@ -124,6 +124,24 @@ def test_rank_agreement_between_scenarios_matches_scipy():
     assert rank_agreement(summarize([r for r in records if r.method != "ewc"])).empty
 
 
+def test_rank_agreement_pairs_gtep_scenarios_by_their_evaluation_phase_not_tuning_configs():
+    """gtep-digits: one GTEP scenario has 3 tuning configurations and an evaluation phase; they are
+    phases of one scenario, not scenarios to pair. Two GTEP scenarios give one row (their eval phases)."""
+    records = []
+    for scenario, accs in (("high", {"er": 0.9, "ewc": 0.5, "finetune": 0.1}),
+                           ("low", {"er": 0.8, "ewc": 0.2, "finetune": 0.4})):
+        for phase in ("tune-c0", "tune-c1", "tune-c2", "eval"):
+            for m, v in accs.items():
+                r = record(f"{scenario}:{phase}", m, 0)
+                r.metrics["final_acc"] = v if phase == "eval" else 1 - v
+                records.append(r)
+    agreement = rank_agreement(summarize(records))
+    assert len(agreement) == 1
+    row = agreement.iloc[0]
+    assert (row.scenario_a, row.scenario_b, row.methods) == ("high", "low", 3)
+    assert math.isclose(row.kendall, stats.kendalltau([0.9, 0.5, 0.1], [0.8, 0.2, 0.4]).statistic)
+
+
 def test_kind_specific_metrics_join_the_default_columns():
     from clharness.scorecard import COLUMNS, default_columns, render
     records = [record("split", "er", s) for s in range(2)]

@@ -74,6 +74,22 @@ def test_markdown_table_has_hand_computed_mean_and_ci(store, capsys):
     assert out.lstrip().startswith("| scenario")
 
 
+def test_md_is_a_plain_pipe_table_and_github_its_own_flavour(store, capsys):
+    md, github = run(capsys, store)[1], run(capsys, store, "--format", "github")[1]
+    assert md != github
+    md_rule, gh_rule = md.splitlines()[1], github.splitlines()[1]
+    assert set(md_rule) <= set("|:-") and ":" in md_rule                 # pipe table with alignment colons
+    assert set(gh_rule) <= set("|-") and gh_rule.startswith("|--")      # GitHub's: dashes only
+    assert [ln for ln in md.splitlines() if "| er " in ln] and [ln for ln in github.splitlines() if "| er " in ln]
+
+
+def test_report_help_reads_95_percent(capsys):
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    out = capsys.readouterr().out
+    assert "95% CI" in " ".join(out.split()) and "%%" not in out
+
+
 def test_latex_csv_json(store, capsys):
     code, out, _ = run(capsys, store, "--format", "latex")
     assert code == 0 and "\\toprule" in out and "0.785 ± 0.025" in out
