@@ -1,5 +1,6 @@
 """Gradient projection of the episodic-memory methods GEM (Lopez-Paz & Ranzato 2017) and A-GEM
-(Chaudhry et al. 2019): per-task memories, flat gradients, and the two projection rules."""
+(Chaudhry et al. 2019): per-task memories, flat gradients, and the two projection rules; and the
+representation subspace that GPM/PGP project gradients out of (``FeatureSubspace``)."""
 from __future__ import annotations
 
 import abc
@@ -127,3 +128,48 @@ class GradientEpisodicMethod(SupervisedMethod, abc.ABC):
                 set_flat_grad(params, self.project(flat_grad(params), torch.stack(references)))
             opt.step()
         self.memory.add(experience)
+
+
+class FeatureSubspace:
+    """The representation subspace of Gradient Projection Memory (Saha et al. 2021), as PGP
+    (Qiao et al. 2024) keeps it for prompts and keys: an orthonormal basis U (D, r) of the span of
+    the representations of earlier tasks, grown task by task until the share ``threshold`` of each
+    task's representation energy (sum of squared singular values) lies in it. ``project(g)`` gives
+    g − g U Uᵀ, the component of the rows of g orthogonal to the subspace."""
+
+    def __init__(self, threshold: float):
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"FeatureSubspace: threshold={threshold} must be in (0, 1]")
+        self.threshold = threshold
+        self.basis: torch.Tensor | None = None
+
+    def add(self, representation: torch.Tensor) -> None:
+        """Grow the basis with the rows (n, D) of one task's representation matrix R: the top
+        singular directions of R (first task) or of R with the current basis projected out, until
+        the captured share of ||R||² reaches the threshold (GPM's criterion)."""
+        R = representation.detach().double().reshape(-1, representation.shape[-1])
+        gram = R.T @ R                                    # eigenvalues = squared singular values of R
+        total = gram.trace()
+        if total <= 0:
+            return
+        captured = torch.zeros((), dtype=gram.dtype, device=gram.device)
+        if self.basis is not None:
+            P = torch.eye(len(gram), dtype=gram.dtype, device=gram.device) - self.basis.double() @ self.basis.double().T
+            gram = P @ gram @ P                           # what the basis does not yet hold
+            captured = (total - gram.trace()) / total
+        values, vectors = torch.linalg.eigh(gram)
+        values, vectors = values.flip(0).clamp(min=0), vectors.flip(1)
+        r = 0
+        while captured < self.threshold and r < len(values) and values[r] > 0:
+            captured = captured + values[r] / total
+            r += 1
+        if r == 0:
+            return
+        new = vectors[:, :r].to(representation.dtype)
+        self.basis = new if self.basis is None else torch.cat([self.basis, new], 1)[:, :len(gram)]
+
+    def project(self, grad: torch.Tensor) -> torch.Tensor:
+        if self.basis is None:
+            return grad
+        U = self.basis.to(grad.dtype)
+        return grad - (grad @ U) @ U.T

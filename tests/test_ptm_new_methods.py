@@ -188,3 +188,37 @@ def test_lae_learns_with_either_pet(data):
             method.learn(exp)
         assert all(not torch.equal(a, b) for a, b in zip(start, method.online.parameters()))
         assert min(task_il_accuracy(method, data)) > 0.8
+
+
+def test_pgp_prompt_and_key_gradients_are_orthogonal_to_the_stored_subspaces(data):
+    method = METHODS["pgp"](context(epochs=1), lr=0.01, pool_size=6, top_n=2, prompt_length=3, memory_images=24)
+    exps = experiences(data)
+    method.learn(exps[0])
+    U, V = method.prompt_space.basis, method.key_space.basis
+    assert U is not None and V is not None and U.shape[0] == V.shape[0] == 192
+    torch.testing.assert_close(U.T @ U, torch.eye(U.shape[1]), atol=1e-5, rtol=0)   # orthonormal
+    # the basis holds at least the threshold's share of the patch embeddings' energy
+    x, _ = next(exps[0].batches(24, shuffle=False))
+    R = method.frozen.backbone.model.patch_embed(x).flatten(0, 1)
+    assert (R @ U).pow(2).sum() / R.pow(2).sum() >= 0.5 - 1e-4
+    Q = method.frozen(x)
+    assert (Q @ V).pow(2).sum() / Q.pow(2).sum() >= 0.97 - 1e-4
+    # a task-2 gradient before and after projection
+    method.labels.add(exps[1])
+    xb, yb = next(exps[1].batches(8, shuffle=False))
+    method.loss(xb, yb).backward()
+    raw_p, raw_k = method.pool.prompts.grad.clone(), method.pool.keys.grad.clone()
+    method.project_gradients()
+    g_p, g_k = method.pool.prompts.grad, method.pool.keys.grad
+    assert (raw_p @ U).abs().max() > 1e-3 and (g_p @ U).abs().max() < 1e-6 * max(1.0, raw_p.abs().max().item())
+    assert (g_k @ V).abs().max() < 1e-6 * max(1.0, raw_k.abs().max().item())
+    torch.testing.assert_close(g_p, raw_p - raw_p @ U @ U.T)
+    torch.testing.assert_close(g_k + raw_k @ V @ V.T, raw_k)            # only the subspace part is removed
+    method.pool.zero_grad()
+    method.labels = clh.training.TaskLabels(method.context)
+    method.labels.add(exps[0])
+    method.learn(exps[1])                                              # the subspaces grow with the task
+    assert method.prompt_space.basis.shape[1] >= U.shape[1] and method.key_space.basis.shape[1] >= V.shape[1]
+    plain = METHODS["l2p"](context(), lr=0.01, pool_size=6, top_n=2, prompt_length=3).memory_report()
+    extra = method.prompt_space.basis.numel() + method.key_space.basis.numel()
+    assert method.memory_report().tensor_elements - plain.tensor_elements == extra   # the bases are counted
