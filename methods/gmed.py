@@ -5,9 +5,10 @@ virtual SGD step on the incoming minibatch, each memory example moves by gradien
 
     d(x_m) + beta * l(f_theta(x_m), y_m),   d(x_m) = l(f_theta'(x_m), y_m) - l(f_theta(x_m), y_m)
 
-(the loss increase d plus ``reg_strength`` beta times the memory example's own loss, the edit rule
-of the paper's section 3 and of the authors' code, INK-USC/GMED ``ocl/ver_approx.py``: its update
-adds ``grad_delta - reg_strength * grad_reg`` with ``grad_reg = -grad l``, i.e. + beta grad l), with stride
+(the loss increase d of eq. 2 plus ``reg_strength`` beta times the memory example's own loss: the
+editing objective, eq. 3, as the authors' code computes it, INK-USC/GMED ``ocl/ver_approx.py``
+``edit_mem_interfere``: ``total_grad = grad_delta - reg_strength * grad_reg`` with
+``grad_reg = -grad l``, i.e. + beta grad l), with stride
 alpha * (1 - edit_decay)^(times edited); the edited examples are written back to the memory and
 replayed with the incoming minibatch. Memory: reservoir sampling."""
 import torch
