@@ -138,3 +138,21 @@ def test_summary_robustness_is_the_mean_final_accuracy_over_ic_sequences():
     assert a["robustness"][0] == pytest.approx(0.2) and a["cc_final_acc"][0] == pytest.approx(0.3)
     assert a["cc_ar"][0] == pytest.approx(-0.2) and a["cc_ala"][0] == pytest.approx(0.6) and a["memory_mb"] == 2.0
     assert b["random_final_acc"] == (0.9, 0.0) and np.isnan(b["robustness"][0])
+
+
+def test_relative_sequence_path_is_read_beside_the_suite_file(pytester):
+    sub = pytester.mkdir("suites_here")
+    (sub / "replay.toml").write_text("""
+[suite]
+name = "replay"
+methods = ["finetune"]
+[[scenario]]
+name = "published"
+kind = "cldyb"
+backbone_options = { hidden = 16, layers = 1 }
+sequence = "saved.json"
+""")
+    (pytester.path / "saved.json").write_text("{}")   # a decoy where the invocation is: must not be read
+    result = pytester.runpytest("-p", "no:cacheprovider", "--clh-results", "r.sqlite", "suites_here/replay.toml")
+    result.assert_outcomes(failed=1)
+    assert str(sub / "saved.json") in result.stdout.str()

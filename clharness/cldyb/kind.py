@@ -244,6 +244,10 @@ def collect(node, suite, spec: ScenarioSpec, methods: list[str], seeds: int):
         return item
 
     if o["sequence"]:   # a saved sequence: a static scenario for any method
+        path = Path(o["sequence"])
+        if not path.is_absolute():   # a relative path names a file beside the suite file, wherever pytest runs
+            from ..suites import with_overrides
+            spec = with_overrides(spec, options={**o, "sequence": str(Path(suite.path).resolve().parent / path)})
         for m in methods:
             for seed in range(seeds):
                 yield case_item(f"{spec.name}[{m}-seed{seed}]", Case(suite.name, spec, m, seed, hparams[m]))
