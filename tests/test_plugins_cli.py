@@ -86,3 +86,18 @@ def test_wheel_ships_methods_and_suites_without_a_generic_top_level_name(tmp_pat
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(next(tmp_path.glob("clharness-*.whl"))).read(entry_points).decode()
     assert "[pytest11]" in text and "[clharness]" in text and "clharness = clharness.cli:main" in text
+
+
+def test_clharness_run_forwards_results_fresh_and_compare_to_pytest(monkeypatch):
+    import pytest as pytest_module
+
+    from clharness.cli import main
+    seen = []
+    monkeypatch.setattr(pytest_module, "main", lambda args: seen.append(args) or 0)
+    assert main(["run", "--results", "r.sqlite", "--fresh", "--compare", "base.json",
+                 "--max-drop", "final_acc=0.1", "--", "-x"]) == 0
+    args, = seen
+    assert args[args.index("--clh-results") + 1] == "r.sqlite" and "--clh-fresh" in args
+    assert args[args.index("--clh-compare") + 1] == "base.json"
+    assert args[args.index("--clh-max-drop") + 1] == "final_acc=0.1" and args[-1] == "-x"
+    assert main(["run"]) == 0 and not {"--clh-results", "--clh-fresh", "--clh-compare"} & set(seen[-1])
