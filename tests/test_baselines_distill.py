@@ -217,3 +217,23 @@ def test_podnet_beats_finetune_on_digits(digits, finetune_accuracy):
     acc = [final_accuracy("podnet", digits, s, finetune_epochs=5) for s in SEEDS]
     print(f"\npodnet final accuracy {np.round(acc, 3)}; finetune {np.round(finetune_accuracy, 3)}")
     assert min(acc) > max(finetune_accuracy) + 0.25, (acc, finetune_accuracy)
+
+
+def test_first_task_uses_the_suites_fixed_schedule(digits):
+    _, exps, _ = split(digits, 0)
+    ctx = context(0, epochs=2)
+    ctx.first_task_train = {"epochs": 4, "lr": 0.05, "milestones": [1, 3], "lr_decay": 0.1, "weight_decay": 5e-4}
+    method = METHODS["icarl"](ctx)
+    method.labels.add(exps[0])
+    trainer, epochs = method.task_trainer()
+    group = trainer.optimizer.param_groups[0]
+    assert epochs == 4 and group["weight_decay"] == 5e-4
+    lrs = []
+    for _ in range(4 * trainer.epoch_steps):
+        lrs.append(group["lr"])
+        trainer.step(lambda: sum(p.sum() for p in method.model.parameters()) * 0.0)
+    per_epoch = lrs[::trainer.epoch_steps]
+    assert per_epoch == pytest.approx([0.05, 0.005, 0.005, 0.0005])   # MultiStepLR at epochs 1 and 3
+    method.labels.add(exps[1])
+    trainer, epochs = method.task_trainer()                            # later tasks: the method's own
+    assert epochs == 2 and trainer.optimizer.param_groups[0]["lr"] == method.hp["lr"]
