@@ -5,14 +5,14 @@ and a generator (a fully connected VAE over the input). From the second task on,
 step adds ``replay_size`` samples x' of the previous generator G', labelled by the previous solver
 S' (y' = argmax S'(x') over the classes seen before the task), to the incoming minibatch:
 
-    solver:    L = CE(S([x; x']), [y; y'])         (Shin et al. eq. 1-2, the concatenation of
-                                                    Avalanche's plugin, in place of the ratio r)
+    solver:    L = CE(S([x; x']), [y; y'])         (Shin et al. eq. 1, with the concatenation of
+                                                    Avalanche's plugin in place of the ratio r)
     generator: L = ||G_dec(z) - x||^2 + KL(q(z|x) || N(0, I)) on [x; x']   (VAE, Kingma & Welling
                                                     2014; Avalanche's ``VAE_loss``: squared error + KL)
 
-so the new generator learns the current task and the old generator's distribution at once
-(section 3.1: "the generator ... learns the mixed data distribution"). G' and S' are frozen copies
-taken when the task starts.
+so the new generator learns the current task and the old generator's distribution at once (the
+new generator is trained on real and replayed inputs mixed, section 3.1). G' and S' are frozen
+copies taken when the task starts.
 
 Deliberate differences:
 - The generator is trained alongside the solver on the same mixed minibatches, one Adam step per
