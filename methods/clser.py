@@ -20,13 +20,15 @@ Defaults: the reference's ``utils/best_args.py`` for Seq-CIFAR-10 with 200 exemp
 quickstart's shape: 5 tasks x 2 classes, 200 exemplars): SGD lr 0.1, lambda 0.15, r_S 0.1,
 alpha_S 0.999, r_P 0.3, alpha_P 0.999.
 
+Augmentation as the reference: when the suite augments, the step trains on a random view of the raw
+batch, the memory stores the raw batch, and replayed samples get a fresh view (used by all three
+models).
+
 Deliberate differences from the reference:
 - the EMA models also copy the working model's buffers (BatchNorm running statistics) at each of
   their updates; the reference averages parameters only, leaving the EMA models' BatchNorm
   statistics at their initial values;
 - the update draws use the method's own seeded generator (reproducible snapshots), not the global RNG;
-- no augmentation of replayed samples beyond what the experience's batches carry (the reference
-  re-augments memory samples with its dataset transform);
 - in task-incremental settings the CE competes within each sample's task (``TaskLabels``).
 """
 import copy
@@ -37,6 +39,7 @@ import torch.nn.functional as F
 import clharness as clh
 from clharness.buffers import ReservoirBuffer
 from clharness.training import SupervisedMethod, Trainer, optimizer_space
+from clharness_methods.derpp import raw_batches
 
 
 class CLSER(SupervisedMethod):
@@ -61,10 +64,12 @@ class CLSER(SupervisedMethod):
         self.global_step = 0
         self.trainer = None
 
-    def loss(self, x, y):
-        loss = 0.0
+    def loss(self, x, y, view=None):
+        view = view or (lambda x: x)
+        x, loss = view(x), 0.0
         if len(self.buffer):
             mx, my = self.buffer.sample(len(y), self.gen)
+            mx = view(mx)
             with torch.no_grad():
                 self.stable_model.train(), self.plastic_model.train()   # as the reference: train mode
                 stable, plastic = self.stable_model(mx).float(), self.plastic_model(mx).float()
@@ -84,9 +89,9 @@ class CLSER(SupervisedMethod):
         for e, w in zip(ema.buffers(), self.model.buffers()):
             e.copy_(w)
 
-    def step(self, x, y):
+    def step(self, x, y, view=None):
         self.model.train()
-        self.trainer.step(self.loss, x, y)
+        self.trainer.step(self.loss, x, y, view)
         self.buffer.add(x, y)
         self.global_step += 1
         # Algorithm 1: each EMA is updated with its own probability after every step
@@ -98,8 +103,8 @@ class CLSER(SupervisedMethod):
     def learn(self, experience):
         self.labels.add(experience)
         self.trainer = Trainer.for_method(self)
-        for x, y in experience.batches(epochs=self.context.epochs):
-            self.step(x, y)
+        for x, y in raw_batches(experience, self.context.epochs):
+            self.step(x, y, view=experience.augment)
         self.trainer.check()
 
     def observe(self, batch):

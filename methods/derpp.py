@@ -18,8 +18,9 @@ Defaults: mammoth's best arguments for Seq-CIFAR-10 with 200 exemplars (CLS-ER's
 SGD, lr 0.03, alpha 0.1, beta 0.5.
 
 Deliberate differences from the reference:
-- no separate augmented/non-augmented views: the memory stores the batch the step trained on
-  (mammoth stores ``not_aug_inputs`` and re-augments replayed samples);
+- augmentation as mammoth: when the suite augments, the step trains on a random view of the raw
+  batch, the memory stores the raw batch (with the logits of the trained view) and replayed
+  samples get a fresh view; a task-free stream (``observe``) stores what it is given;
 - one backward pass over the summed loss instead of three (same gradient);
 - in task-incremental settings the CE terms compete within each sample's task (the harness's
   ``TaskLabels`` convention); mammoth trains task-IL like class-IL and masks only at test time.
@@ -30,6 +31,11 @@ import torch.nn.functional as F
 import clharness as clh
 from clharness.buffers import ReservoirBuffer
 from clharness.training import SupervisedMethod, Trainer, optimizer_space
+
+
+def raw_batches(experience, epochs):
+    """The task's batches without augmentation (the caller draws views with ``experience.augment``)."""
+    return experience.batches(epochs=epochs, augment=False)
 
 
 class DERpp(SupervisedMethod):
@@ -65,24 +71,26 @@ class DERpp(SupervisedMethod):
         slots = torch.randperm(len(self.buffer), generator=self.gen)[:n].to(self.buffer_logits.device)
         return self.buffer.x[slots], self.buffer.y[slots], self.buffer_logits[slots], slots
 
-    def derpp_loss(self, logits, y):
-        """The DER++ objective given the stream batch's logits."""
+    def derpp_loss(self, logits, y, view=None):
+        """The DER++ objective given the stream batch's logits; ``view`` augments replayed samples."""
+        view = view or (lambda x: x)
         loss = self.cross_entropy(logits, y)
         if len(self.buffer):
             x1, _, z1, _ = self.sample(len(y))
-            loss = loss + self.hp["alpha"] * F.mse_loss(self.model(x1).float(), z1)
+            loss = loss + self.hp["alpha"] * F.mse_loss(self.model(view(x1)).float(), z1)
             x2, y2, _, _ = self.sample(len(y))
-            loss = loss + self.hp["beta"] * self.cross_entropy(self.model(x2), y2)
+            loss = loss + self.hp["beta"] * self.cross_entropy(self.model(view(x2)), y2)
         return loss
 
-    def step(self, x, y):
-        """One optimisation step, then the stream batch enters the reservoir with its logits."""
+    def step(self, x, y, view=None):
+        """One optimisation step on ``view(x)``, then the raw ``x`` enters the reservoir with the
+        logits of that step."""
         seen = {}
 
         def loss_fn(x, y):
-            logits = self.model(x)
+            logits = self.model(view(x) if view else x)
             seen["logits"] = logits.detach()
-            return self.derpp_loss(logits, y)
+            return self.derpp_loss(logits, y, view)
 
         self.model.train()
         self.trainer.step(loss_fn, x, y)
@@ -91,8 +99,8 @@ class DERpp(SupervisedMethod):
     def learn(self, experience):
         self.labels.add(experience)
         self.trainer = Trainer.for_method(self)
-        for x, y in experience.batches(epochs=self.context.epochs):
-            self.step(x, y)
+        for x, y in raw_batches(experience, self.context.epochs):
+            self.step(x, y, view=experience.augment)
         self.trainer.check()
 
     def observe(self, batch):

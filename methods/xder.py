@@ -37,9 +37,9 @@ Deliberate differences from the reference:
   future tasks and a strong augmentation the harness does not provide; ``dp_weight``/``align_bn``
   of newer configs are not implemented either;
 - stored task labels are not kept (the reference stores them but no loss reads them);
-- the end-of-task memory pass runs the network in eval mode (the reference: train-mode BatchNorm
-  without updating its statistics);
-- no separate augmented/non-augmented views (the memory stores the batches as the task yields them);
+- the end-of-task memory pass runs the network in eval mode on the raw samples (the reference:
+  train-mode BatchNorm without updating its statistics, on augmented views); during training,
+  augmentation is the reference's (train on a view, store raw samples, replay fresh views);
 - task boundaries are needed (memory is built at the end of each task): no online setting, as the
   reference (COMPATIBILITY class-il, task-il).
 """
@@ -49,7 +49,7 @@ import torch.nn.functional as F
 import clharness as clh
 from clharness.buffers import ReservoirBuffer
 from clharness.training import NEG, Trainer, optimizer_space
-from clharness_methods.derpp import DERpp
+from clharness_methods.derpp import DERpp, raw_batches
 
 
 def transplant(old, new, gt, cols, gamma):
@@ -87,18 +87,19 @@ class XDER(DERpp):
         seen = self.class_task >= 0
         return seen & ~current, current, ~seen          # past, current, future
 
-    def xder_loss(self, x, y):
+    def xder_loss(self, x, y, view=None):
+        view = view or (lambda x: x)
         past, current, future = self.heads()
         eta, m = self.hp["eta"], self.hp["margin"]
-        logits = self.model(x).float()
+        logits = self.model(view(x)).float()
         loss = F.cross_entropy(self.labels.mask_current(logits), y)          # current head only
         buf = None
         if len(self.buffer):
             x1, y1, z1, i1 = self.sample(len(y))
-            o1 = self.model(x1).float()
+            o1 = self.model(view(x1)).float()
             loss = loss + self.hp["alpha"] * F.mse_loss(o1, z1)              # DER, all heads
             x2, y2, z2, i2 = self.sample(len(y))
-            o2 = self.model(x2).float()
+            o2 = self.model(view(x2)).float()
             loss = loss + self.hp["beta"] * self.cross_entropy(o2.masked_fill(~past, NEG), y2)   # past heads
             buf = self.merge((i1, y1, z1, o1), (i2, y2, z2, o2))
             self.future_past_update(*buf[:3], buf[3].detach(), past)
@@ -152,8 +153,8 @@ class XDER(DERpp):
         self.class_task[list(experience.classes)] = self.task
         self.trainer = Trainer.for_method(self)
         self.model.train()
-        for x, y in experience.batches(epochs=self.context.epochs):
-            self.trainer.step(self.xder_loss, x, y)
+        for x, y in raw_batches(experience, self.context.epochs):
+            self.trainer.step(self.xder_loss, x, y, experience.augment)
         self.trainer.check()
         self.end_task(experience)
 
@@ -181,7 +182,7 @@ class XDER(DERpp):
         quota = {c: free // len(new_classes) for c in new_classes}
         for k in torch.randperm(len(new_classes), generator=self.gen)[:free % len(new_classes)].tolist():
             quota[new_classes[k]] += 1
-        for x, y in experience.batches():
+        for x, y in experience.batches(augment=False):
             if not any(quota.values()):
                 break
             out = self.model(x).float()

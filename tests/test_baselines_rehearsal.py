@@ -1,7 +1,7 @@
 """DER++, X-DER, CLS-ER and AFEC (issue 16): each definition pinned on a hand case or a property its
 paper states, each beats finetune on the quickstart digits split, and their extra state is
 snapshotted and counted."""
-import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -75,6 +75,27 @@ def test_derpp_loss_is_ce_plus_alpha_mse_plus_beta_ce():
     empty = METHODS["derpp"](tiny_context(memory_size=1))
     with torch.no_grad():
         assert torch.allclose(empty.derpp_loss(logits, y), hand_ce(logits, y), atol=1e-6)   # nothing stored yet
+
+
+class ShiftedViews(clh.Experience):
+    """An experience whose training views are the raw inputs plus one (a stand-in augmentation)."""
+
+    def augment(self, x):
+        return x + 1.0
+
+
+def test_derpp_trains_on_views_and_stores_raw_samples_with_the_views_logits(digits):
+    tasks, exps, _ = split(digits, 0)
+    exp = exps[0]
+    shifted = ShiftedViews(exp.data, exp.classes, exp.task_id, 32, exp.seed)
+    torch.manual_seed(0)
+    derpp = METHODS["derpp"](dataclasses.replace(context(0, epochs=1), memory_size=1000))   # no evictions
+    x, y = next(iter(exp.batches(augment=False)))
+    with torch.no_grad():
+        view_logits = derpp.model(x + 1.0)
+    derpp.learn(shifted)
+    assert torch.equal(derpp.buffer.x[:32], x)                    # raw samples in memory
+    assert torch.allclose(derpp.buffer_logits[:32], view_logits)  # with the logits of the trained view
 
 
 def test_derpp_needs_a_memory():
