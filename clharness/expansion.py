@@ -8,12 +8,14 @@
 - ``update_memory``: PyCIL's herded exemplar memory (``clharness.exemplars``) after each task;
 - ``align_weights``: weight aligning of the new classes' head rows (Zhao et al. 2020, eq. 9-10),
   which PyCIL applies after every incremental task of DER and MEMO;
-- ``phase_trainer``: the optimiser of a training phase with its own epoch budget.
+- ``phase_trainer``: the optimiser of a training phase with its own epoch budget;
+- ``method_rng``: the global RNG seeded from the method's own generator while it learns.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -21,6 +23,17 @@ from torch import nn
 from .exemplars import ExemplarMemory
 from .method import Experience, Method
 from .training import NEG, Trainer
+
+
+@contextlib.contextmanager
+def method_rng(generator: torch.Generator, device: torch.device) -> Iterator[None]:
+    """Run a block on torch's global RNG seeded from ``generator`` (a method attribute), restoring
+    the global state afterwards: modules created while learning (new branches, heads) and random
+    draws then come from the method's own state, so ``snapshot``/``restore`` replay them exactly."""
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
+        yield
 
 
 def simple_linear(in_dim: int, out_dim: int) -> nn.Linear:
@@ -158,7 +171,8 @@ def sequential_stages(backbone: nn.Module) -> list[nn.Module]:
     return stages
 
 
-def split_backbone(backbone: nn.Module, specialised_share: float, input_shape) -> tuple[nn.Sequential, nn.Sequential]:
+def split_backbone(backbone: nn.Module, specialised_share: float,
+                   input_shape) -> tuple[nn.Sequential, nn.Sequential]:
     """(shallow, deep): the backbone cut into consecutive stages, the deep part being the shortest
     suffix of ``sequential_stages`` holding at least ``specialised_share`` of the parameters (and at
     least one parameterised stage). Raises when the stages do not recompose the backbone's forward."""

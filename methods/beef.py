@@ -9,7 +9,8 @@ from torch import nn
 
 import clharness as clh
 from clharness.exemplars import ExemplarMemory, rehearsal_batches, tensor_batches
-from clharness.expansion import BranchNet, clone_module, phase_trainer, seen_logits, simple_linear, update_memory
+from clharness.expansion import (BranchNet, clone_module, method_rng, phase_trainer, seen_logits,
+                                 simple_linear, update_memory)
 from clharness.training import SupervisedMethod, TaskLabels, optimizer_space
 
 
@@ -25,7 +26,8 @@ class BiasLayer(nn.Module):
         return (self.alpha + 1) * x + (self.beta if bias else 0)
 
 
-def sample_negatives(energy_fn, x: torch.Tensor, steps: int = 3, lr: float = 1e-2, noise: float = 1e-3) -> torch.Tensor:
+def sample_negatives(energy_fn, x: torch.Tensor, steps: int = 3, lr: float = 1e-2,
+                     noise: float = 1e-3) -> torch.Tensor:
     """PyCIL ``sample_q``: start from the batch rotated by 180 degrees and take ``steps`` SGD steps
     on the input that lower log(sum of the softmax mass on the energy outputs) (``energy_fn``
     returns that scalar), each followed by Gaussian noise of std ``noise``."""
@@ -68,10 +70,12 @@ class BEEF(SupervisedMethod):
     - memory: herding with ``memory_size // seen`` per class (PyCIL's BEEF config fixes 20 per class);
     - ``fusion_epochs`` 0 (default) scales PyCIL's 60 fusion to 170 expansion epochs to the suite;
     - the head spans all global ids, unseen ones at a large negative logit (PyCIL: seen only);
-    - exemplars are mixed into the task's batches (``rehearsal_batches``), not one union loader.
+    - exemplars are mixed into the task's batches (``rehearsal_batches``), not one union loader;
+    - task-incremental runs (not in the paper) mask the fusion loss to each sample's task; the
+      expansion phase is the same as in class-incremental runs.
     """
     name = "beef"
-    settings = frozenset({clh.Setting.CLASS_IL})
+    settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL})
     # PyCIL exps/beef.json: SGD momentum 0.9, lr 0.1, weight decay 5e-4, cosine annealing,
     # energy weight 0.01, logits alignment 1.7; fusion lr 0.05 (beef_iso.py).
     hparams = {**optimizer_space(lr=0.1, momentum=0.9, weight_decay=5e-4),
@@ -158,7 +162,8 @@ class BEEF(SupervisedMethod):
         return loss
 
     def fusion_loss(self, x, y):
-        return F.cross_entropy(seen_logits(self.fused_logits(self.model.branch_features(x)), self.seen), y)
+        logits = seen_logits(self.fused_logits(self.model.branch_features(x)), self.seen)
+        return self.cross_entropy(logits, y)          # task-incremental: masked to the sample's task
 
     # --- phases -----------------------------------------------------------------------------------
     @torch.no_grad()
@@ -191,6 +196,10 @@ class BEEF(SupervisedMethod):
         return torch.cat([x[keep], mx.to(x.dtype)]), torch.cat([y[keep], my.to(y.device)])
 
     def learn(self, experience):
+        with method_rng(self.gen, self.context.device):   # snapshots replay new modules' init
+            self.learn_task(experience)
+
+    def learn_task(self, experience):
         old = list(self.labels.seen)
         self.labels.add(experience)
         self.seen = torch.tensor(self.labels.seen, device=self.context.device)
@@ -215,7 +224,8 @@ class BEEF(SupervisedMethod):
             epochs = self.hp["fusion_epochs"] or max(1, round(self.context.epochs * 60 / 170))
             trainer = phase_trainer(self, self.biases.parameters(), epochs, lr=self.hp["fusion_lr"])
             x, y = self.balanced_set(experience, self.memory.per_class(len(old)))
-            batches = tensor_batches(x, y, experience.batch_size, epochs, self.gen, getattr(experience, "augment", None))
+            augment = getattr(experience, "augment", None)
+            batches = tensor_batches(x, y, experience.batch_size, epochs, self.gen, augment)
             self.fit(batches, self.fusion_loss, trainer=trainer)
         self.merge()
         self.old_head = self.new_head = self.backward = self.forward_protos = None

@@ -6,23 +6,24 @@ import torch.nn.functional as F
 
 import clharness as clh
 from clharness.exemplars import ExemplarMemory, rehearsal_batches
-from clharness.expansion import (BranchNet, align_weights, clone_module, seen_logits, simple_linear,
-                                 update_memory)
+from clharness.expansion import (BranchNet, align_weights, clone_module, method_rng, seen_logits,
+                                 simple_linear, update_memory)
 from clharness.training import SupervisedMethod, TaskLabels, optimizer_space
 
 
 class DER(SupervisedMethod):
     """One new feature extractor per task; the super-feature is the concatenation of all of them
-    (sec. 3.2: u = Phi_t(x) = [Phi_{t-1}(x), F_t(x)]) and the classifier H_t reads it. The old
-    extractors are frozen (weights and BatchNorm statistics); the new one starts from the previous
-    one's weights (PyCIL ``update_fc``). Loss per step (sec. 3.2, L_ER without the sparsity term):
+    (the paper's super-feature u = Phi_t(x) = [Phi_{t-1}(x), F_t(x)]) and the classifier H_t reads
+    it. The old extractors are frozen (weights and BatchNorm statistics); the new one starts from
+    the previous one's weights (PyCIL ``update_fc``). Loss per step (the paper's
+    L_ER = L_{H_t} + lambda_a L_{H_t^a}, without the sparsity term L_S):
     L = CE(H_t(u), y) + lambda_a * CE(H_t^a(F_t(x)), y_a), where the auxiliary classifier H_t^a over
     the new extractor's features has |Y_t| + 1 outputs: the new classes and one for "any old class"
     (y_a = 0 for old samples). Training data: the task's samples plus the exemplar memory.
 
     Deliberate differences (the first three as PyCIL does):
-    - no channel-level masks and pruning (sec. 3.3), so no sparsity loss L_S: PyCIL omits them too;
-    - no classifier-learning stage (sec. 3.1, retraining H_t on a class-balanced subset with a
+    - no channel-level masks and pruning, so no sparsity loss L_S: PyCIL omits them too;
+    - no classifier-learning stage (the paper's second stage: retraining H_t on a class-balanced subset with a
       temperature): PyCIL replaces it with weight aligning of the new classes' head rows after each
       incremental task (Zhao et al. 2020), which we follow (``weight_align``, default on);
     - the memory is ``context.memory_size`` exemplars shared equally by the seen classes, chosen by
@@ -79,6 +80,10 @@ class DER(SupervisedMethod):
         return loss
 
     def learn(self, experience):
+        with method_rng(self.gen, self.context.device):   # snapshots replay new modules' init
+            self.learn_task(experience)
+
+    def learn_task(self, experience):
         self.labels.add(experience)
         self.seen = torch.tensor(self.labels.seen, device=self.context.device)
         old = [c for c in self.labels.seen if c not in experience.classes]

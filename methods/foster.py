@@ -8,8 +8,8 @@ import torch.nn.functional as F
 
 import clharness as clh
 from clharness.exemplars import ExemplarMemory, kd_loss, rehearsal_batches
-from clharness.expansion import (BranchNet, clone_module, phase_trainer, seen_logits, simple_linear,
-                                 update_memory)
+from clharness.expansion import (BranchNet, clone_module, method_rng, phase_trainer, seen_logits,
+                                 simple_linear, update_memory)
 from clharness.training import SupervisedMethod, TaskLabels, optimizer_space
 
 
@@ -21,7 +21,7 @@ def class_balanced_weights(counts: torch.Tensor, beta: float) -> torch.Tensor:
 
 
 def balanced_kd(student: torch.Tensor, teacher: torch.Tensor, weights: torch.Tensor, T: float) -> torch.Tensor:
-    """Balanced knowledge distillation (sec. 3.3; PyCIL ``BKD``): the teacher's softened
+    """Balanced knowledge distillation (the compression stage; PyCIL ``BKD``): the teacher's softened
     probabilities reweighted per class and renormalised, s = normalise(softmax(z_t / T) * w), then
     -sum_c s_c log softmax(z_s / T)_c averaged over the batch (no T^2 factor, as PyCIL)."""
     soft = F.softmax(teacher.detach().float() / T, dim=1) * weights
@@ -30,9 +30,9 @@ def balanced_kd(student: torch.Tensor, teacher: torch.Tensor, weights: torch.Ten
 
 
 class FOSTER(SupervisedMethod):
-    """Two phases per task after the first (sec. 3).
+    """Two phases per task after the first.
 
-    Feature boosting (sec. 3.2): a new backbone (initialised from the old one) is trained next to
+    Feature boosting: a new backbone (initialised from the old one) is trained next to
     the frozen old one; the classifier reads their concatenated features. Per step:
     L = CE(logits / w_1, y) + lambda_fe * CE(H_fe(F_new(x)), y) + lambda_kd * KD_T(logits[old], H_old(F_old(x))),
     the logits-adjusted cross-entropy (w_1: the class-balanced weights of ``class_balanced_weights``
@@ -40,7 +40,7 @@ class FOSTER(SupervisedMethod):
     new features over all seen classes, and distillation of the old model's outputs on the old
     classes (PyCIL ``_feature_boosting``).
 
-    Feature compression (sec. 3.3): a single-backbone student, initialised from the old backbone and
+    Feature compression: a single-backbone student, initialised from the old backbone and
     the old head, distils the two-backbone teacher with balanced knowledge distillation,
     L_BKD = -sum_c s_c log softmax(z_student / T)_c with s = normalise(softmax(z_teacher / T) * w_2)
     (PyCIL ``BKD``; w_2 from beta_2). The student replaces the teacher, so the model holds one
@@ -150,6 +150,10 @@ class FOSTER(SupervisedMethod):
         return student
 
     def learn(self, experience):
+        with method_rng(self.gen, self.context.device):   # snapshots replay new modules' init
+            self.learn_task(experience)
+
+    def learn_task(self, experience):
         self.old = list(self.labels.seen)
         self.labels.add(experience)
         self.seen = torch.tensor(self.labels.seen, device=self.context.device)
@@ -160,7 +164,8 @@ class FOSTER(SupervisedMethod):
             self.fit(batches, self.first_loss)
             update_memory(self, self.memory, experience, len(self.labels.seen))
             return
-        self.w1, self.w2 = self.class_weights(experience, self.hp["beta1"]), self.class_weights(experience, self.hp["beta2"])
+        self.w1 = self.class_weights(experience, self.hp["beta1"])
+        self.w2 = self.class_weights(experience, self.hp["beta2"])
         self.expand()
         params = [p for p in [*self.model.parameters(), *self.fe_head.parameters()] if p.requires_grad]
         self.fit(rehearsal_batches(experience, *self.memory.tensors(), self.task_epochs(), self.gen),

@@ -11,7 +11,7 @@ from .der import DER
 
 
 class MEMO(DER):
-    """DER's expansion applied to the deep layers only (sec. 5): the shallow "generalised" blocks
+    """DER's expansion applied to the deep layers only: the shallow "generalised" blocks
     are shared by every task and trained on the first task only; each task adds one "specialised"
     deep block (initialised from the previous one, the old ones frozen) on top of them. The
     classifier reads the concatenated outputs of the specialised blocks; the loss is DER's,

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-import clharness as clh
 from clharness.backbones import MLP
 from test_methods_reference import METHODS, accuracy, context, digits, split  # noqa: F401 (fixture)
 
