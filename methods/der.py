@@ -98,4 +98,6 @@ class DER(SupervisedMethod):
 
     @torch.no_grad()
     def predict(self, x, task_id=None):
+        if self.model.head is None:          # nothing learned yet: no class is preferred
+            return torch.zeros(len(x), self.context.num_classes, device=x.device)
         return seen_logits(super().predict(x, task_id), self.seen)

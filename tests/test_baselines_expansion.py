@@ -263,3 +263,10 @@ def test_beef_clone_and_memory_report(digits):
     for exp in exps[:2]:
         method.learn(exp)
     assert_clone_is_independent(method, tasks, tests, exps[2])
+
+
+@pytest.mark.parametrize("name", ["der", "foster", "memo", "beef"])
+def test_predictions_before_any_task_are_finite_and_neutral(name):
+    method = METHODS[name](context(0, epochs=1))
+    logits = method.predict(torch.zeros(3, 1, 8, 8))
+    assert logits.shape == (3, 10) and torch.equal(logits, torch.zeros(3, 10))
