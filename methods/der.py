@@ -23,9 +23,9 @@ class DER(SupervisedMethod):
 
     Deliberate differences (the first three as PyCIL does):
     - no channel-level masks and pruning, so no sparsity loss L_S: PyCIL omits them too;
-    - no classifier-learning stage (the paper's second stage: retraining H_t on a class-balanced subset with a
-      temperature): PyCIL replaces it with weight aligning of the new classes' head rows after each
-      incremental task (Zhao et al. 2020), which we follow (``weight_align``, default on);
+    - no classifier-learning stage (the paper's second stage: retraining H_t on a class-balanced
+      subset with a temperature): PyCIL replaces it with weight aligning of the new classes' head
+      rows after each incremental task (Zhao et al. 2020), which we follow (``weight_align``);
     - the memory is ``context.memory_size`` exemplars shared equally by the seen classes, chosen by
       herding on the concatenated features (PyCIL ``fixed_memory: false``; the paper's memory too);
     - the head spans all ``context.num_classes`` global ids, with the unseen ones masked out of the
