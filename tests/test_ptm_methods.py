@@ -176,17 +176,18 @@ def test_ranpac_ridge_is_picked_on_held_out_data(data):
     assert method.choose_ridge(h, noisy) == RIDGES[min(range(len(RIDGES)), key=brute.__getitem__)]
 
 
-def test_ranpac_first_session_adaptation_tunes_a_private_copy(data):
-    method = METHODS["ranpac"](context(), projection_dim=128, first_session_epochs=1)
+def test_ranpac_first_session_adaptation_trains_adapters_on_the_shared_frozen_vit(data):
+    method = METHODS["ranpac"](context(), projection_dim=128)      # phase 1 with adapters by default
     shared = method.frozen
-    qkv = lambda m: m.frozen.backbone.model.blocks[0].attn.qkv.weight   # noqa: E731
-    w0 = qkv(method).clone()
+    qkv = lambda m: m.frozen.backbone.vit.blocks[0].attn.qkv.weight   # noqa: E731
+    w0 = shared.backbone.model.blocks[0].attn.qkv.weight.clone()
     twin = method.clone()
     for exp in experiences(data):
         method.learn(exp)
-    assert method.frozen is not shared and twin.frozen is shared   # a new backbone and a new cache
-    assert torch.equal(qkv(twin), w0) and not torch.equal(qkv(method), w0)
-    assert not qkv(method).requires_grad                           # frozen again after task 1
+    assert method.adaptation == "adapter" and method.frozen is not shared and twin.frozen is shared
+    assert torch.equal(qkv(method), w0)                            # the pretrained weights never move
+    ups = [a.up.weight for a in method.frozen.backbone.adapters]
+    assert all(u.abs().sum() > 0 and not u.requires_grad for u in ups)   # trained, then frozen
     assert accuracy(method, data) > 0.8
 
 
