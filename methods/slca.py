@@ -1,14 +1,28 @@
-"""SLCA, Slow Learner with Classifier Alignment (Zhang et al., ICCV 2023).
+"""SLCA, Slow Learner with Classifier Alignment (Zhang et al., ICCV 2023), as the authors' code
+(GengDavid/SLCA, models/slca.py) runs it.
 
 - Slow learner (sec. 4.1): the pretrained backbone and the classifier are fine-tuned together with
-  very different learning rates: 0.0001 for the backbone, 0.01 for the head (SGD, momentum 0.9),
-  cross-entropy over the current task's classes only.
-- Classifier alignment (sec. 4.2): after each task, the mean μ_c and covariance Σ_c of every new
-  class's features are stored (Σ_c + 1e-4·I, the authors' regulariser, keeps it positive definite);
-  then the classifier alone is retrained on features sampled from N(μ_c, Σ_c) of every class seen
-  (256 per class, 5 epochs, SGD lr 0.01 with cosine decay, batches of 256), with the authors' logit
-  normalisation: logits divided by the mean over tasks of each task's logit norm, and by τ = 0.1.
-The statistics (C·(d + d²) values) are what the memory report counts besides the network."""
+  very different learning rates: 0.0001 for the backbone (the code's lr x bcb_lrscale 1/100), 0.01
+  for the head (SGD, momentum 0.9, weight decay 5e-4), cross-entropy over the current task's
+  classes only, the learning rate divided by 10 at ``milestone`` x epochs (the code's MultiStepLR:
+  milestones [40] of 50 epochs on ImageNet-R, [18] of 20 on CIFAR). The heads of earlier tasks are
+  frozen while a new task trains (the code's per-task heads with freeze_old).
+- Classifier alignment (sec. 4.2), from the second task on (the code: ``_cur_task > 0``): after each
+  task the mean μ_c and covariance Σ_c of every new class's features are stored (Σ_c + 1e-4·I, the
+  authors' regulariser, keeps it positive definite); then the classifier alone is retrained on
+  features sampled from N(s_c μ_c, Σ_c) of every class seen, drawn afresh every alignment epoch
+  (256 per class, 5 epochs, batches of 256, SGD lr 0.01 with momentum 0.9, weight decay 5e-4 and
+  cosine decay per epoch). s_c is the code's mean scaling: 0.9 + 0.1 (t_c + 1) / (T + 1) for a class
+  of task t_c after task T (0-based), so older classes' means shrink more. Logit normalisation:
+  logits divided by the mean over tasks of each task's logit norm, and by τ = 0.1.
+- The aligned head serves evaluation only: the next task trains from the head as it was before
+  alignment (the code's ``fc.backup()`` before alignment and ``fc.recall()`` in ``after_task``).
+The statistics (C·(d + d²) values) and the pre-alignment head are what the memory report counts
+besides the network.
+
+Deliberate differences: the head is one linear layer over the global classes; freezing the earlier
+tasks' rows is done by restoring them after the task's training (their logits are masked out of the
+loss, so only weight decay and momentum could have moved them — exactly what freezing prevents)."""
 import torch
 import torch.nn.functional as F
 
@@ -18,10 +32,12 @@ from clharness.training import NEG, SupervisedMethod, Trainer
 
 class SLCA(SupervisedMethod):
     name = "slca"
+    version = "2"   # alignment from task 2, resampled per epoch, mean scaling, head restored, MultiStepLR
     hparams = {"lr": clh.Float(1e-4, 1.0, default=0.01, log=True),            # head
                "backbone_lr": clh.Float(0.0, 1.0, default=0.0001),
                "momentum": clh.Float(0.0, 0.99, default=0.9),
                "weight_decay": clh.Float(0.0, 1e-2, default=5e-4),
+               "milestone": clh.Float(0.0, 1.0, default=0.8),                  # lr x 0.1 at this share of the epochs
                "ca_epochs": clh.Int(0, 100, default=5),
                "ca_lr": clh.Float(1e-4, 1.0, default=0.01, log=True),
                "samples_per_class": clh.Int(1, 10000, default=256),
@@ -34,25 +50,43 @@ class SLCA(SupervisedMethod):
         self.covs: dict[int, torch.Tensor] = {}
         self.seen = torch.zeros(context.num_classes, dtype=torch.bool, device=context.device)
         self.gen = torch.Generator().manual_seed(context.seed)
+        self.unaligned: dict[str, torch.Tensor] | None = None   # the head before the last alignment
 
     def loss(self, x, y):
         return F.cross_entropy(self.labels.mask_current(self.model(x)), y)
 
-    def learn(self, experience):
-        self.labels.add(experience)
-        # slow learner: backbone lr 1e-4 vs head lr 1e-2
+    def slow_learner(self) -> Trainer:
+        """SGD with the backbone at backbone_lr and the head at lr, MultiStepLR at ``milestone``."""
         groups = [{"params": [p for p in self.model.backbone.parameters() if p.requires_grad],
                    "lr": self.hp["backbone_lr"]},
                   {"params": list(self.model.head.parameters()), "lr": self.hp["lr"]}]
         opt = torch.optim.SGD(groups, lr=self.hp["lr"], momentum=self.hp["momentum"],
                               weight_decay=self.hp["weight_decay"])
-        self.fit(experience.batches(epochs=self.context.epochs), trainer=Trainer(self.name, opt, self.context))
+        trainer = Trainer(self.name, opt, self.context)
+        epochs = self.task_epochs()
+        trainer.schedule("steplr", epochs, self.labels.epoch_steps, lr_decay=0.1,
+                         marks=[int(self.hp["milestone"] * epochs)])
+        return trainer
+
+    def learn(self, experience):
+        head = self.model.head
+        if self.unaligned is not None:           # train from the head as it was before alignment
+            head.load_state_dict(self.unaligned)
+        self.labels.add(experience)
+        old = [p.detach().clone() for p in head.parameters()]
+        self.fit(experience.batches(epochs=self.task_epochs()), trainer=self.slow_learner())
+        with torch.no_grad():                    # earlier tasks' heads stay frozen
+            others = ~self.labels.current
+            for p, before in zip(head.parameters(), old):
+                p[others] = before[others]
+        self.unaligned = {k: v.detach().clone() for k, v in head.state_dict().items()}
         self.store_statistics(experience)
-        if self.hp["ca_epochs"] > 0:
+        if self.hp["ca_epochs"] > 0 and len(self.labels.tasks) > 1:
             self.align()
 
     @torch.no_grad()
     def store_statistics(self, experience):
+        self.model.eval()
         feats, labels = zip(*((self.features(x), y) for x, y in experience.batches(shuffle=False, augment=False)))
         feats, labels = torch.cat(feats).double(), torch.cat(labels)
         eye = torch.eye(feats.shape[1], dtype=feats.dtype, device=feats.device)
@@ -63,11 +97,16 @@ class SLCA(SupervisedMethod):
             self.covs[c] = (cov + 1e-4 * eye).float()
             self.seen[c] = True
 
+    def mean_scales(self) -> dict[int, float]:
+        """s_c = 0.9 + 0.1 (t_c + 1) / (T + 1): the code's shrinking of older classes' means."""
+        last = len(self.labels.tasks) - 1
+        return {c: 0.9 + 0.1 * (t + 1) / (last + 1) for t, classes in enumerate(self.labels.tasks) for c in classes}
+
     def sample(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``samples_per_class`` features per seen class from N(μ_c, Σ_c), and their labels."""
+        """``samples_per_class`` features per seen class from N(s_c μ_c, Σ_c), and their labels."""
         classes = self.seen.nonzero().squeeze(1)
-        n = self.hp["samples_per_class"]
-        means = torch.stack([self.means[c] for c in classes.tolist()])                # (C, d)
+        n, scales = self.hp["samples_per_class"], self.mean_scales()
+        means = torch.stack([self.means[c] * scales[c] for c in classes.tolist()])   # (C, d)
         covs = torch.stack([self.covs[c] for c in classes.tolist()])                  # (C, d, d)
         chol = torch.linalg.cholesky(covs.double()).float()
         z = torch.randn(len(classes), n, means.shape[1], generator=self.gen).to(means.device)
@@ -83,25 +122,24 @@ class SLCA(SupervisedMethod):
         return logits / norms.mean(1, keepdim=True) / tau
 
     def align(self):
-        """Classifier alignment with features sampled from the class Gaussians."""
+        """Classifier alignment on features sampled from the class Gaussians, resampled every epoch."""
         head = self.model.head
         opt = torch.optim.SGD(head.parameters(), lr=self.hp["ca_lr"], momentum=0.9, weight_decay=5e-4)
-        feats, labels = self.sample()
-        batch = 256
-        steps = -(-len(labels) // batch)
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, self.hp["ca_epochs"] * steps)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, self.hp["ca_epochs"])   # stepped per epoch
         seen = self.seen.nonzero().squeeze(1)
-        targets = torch.searchsorted(seen, labels)       # position among the seen classes
+        batch = 256
         for _ in range(self.hp["ca_epochs"]):
+            feats, labels = self.sample()
+            targets = torch.searchsorted(seen, labels)       # position among the seen classes
             perm = torch.randperm(len(labels), generator=self.gen).to(labels.device)
-            for i in range(steps):
-                idx = perm[i * batch:(i + 1) * batch]
+            for i in range(0, len(labels), batch):
+                idx = perm[i:i + batch]
                 logits = self.normalised_logits(head(feats[idx]))[:, seen]
                 loss = F.cross_entropy(logits, targets[idx])
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
-                sched.step()
+            sched.step()
             if not torch.isfinite(loss):
                 raise clh.Diverged(f"method 'slca': non-finite classifier-alignment loss ({loss.item()}); "
                                    "try a lower ca_lr")

@@ -44,3 +44,61 @@ def test_ranpac_tunes_gtep_table5_sets():
     assert list(space["ffn_num"].values) == [4, 8, 16, 32, 64]                  # "FFN num"
     assert list(space["prompt_tokens"].values) == [3, 5, 10, 20, 30, 50]        # "Prompt token num"
     assert list(space["projection_dim"].values) == [5000, 10000, 15000, 20000]  # M
+
+
+def _spy(method, name, record):
+    """Record the head's weight each time ``method.<name>`` is called, then call it."""
+    original = getattr(method, name)
+
+    def spied(*args, **kwargs):
+        record.append((name, method.model.head.weight.detach().clone()))
+        return original(*args, **kwargs)
+    setattr(method, name, spied)
+
+
+def test_slca_alignment_serves_evaluation_only_and_runs_from_the_second_task(data):
+    exps = experiences(data)
+    method = METHODS["slca"](context(), samples_per_class=16)
+    calls = []
+    for name in ("fit", "align", "sample"):
+        _spy(method, name, calls)
+    method.learn(exps[0])
+    assert [c for c, _ in calls] == ["fit"]                                   # no alignment after task 1
+    unaligned_1 = method.unaligned["weight"].clone()
+    assert torch.equal(method.model.head.weight, unaligned_1)
+    calls.clear()
+    method.learn(exps[1])
+    assert [c for c, _ in calls] == ["fit", "align"] + ["sample"] * 5         # resampled every CA epoch
+    # the old task's head rows were frozen while task 2 trained (the head at align() is the trained one)
+    at_align = calls[1][1]
+    assert torch.equal(at_align[[0, 1]], unaligned_1[[0, 1]]) and not torch.equal(at_align[[2, 3]], unaligned_1[[2, 3]])
+    aligned = method.model.head.weight.detach().clone()
+    assert not torch.equal(aligned, at_align)                                 # alignment changed the head ...
+    assert torch.equal(method.unaligned["weight"], at_align)
+    calls.clear()
+    method.learn(exps[2])
+    assert torch.equal(calls[0][1], at_align)                                 # ... but task 3 trains from before it
+
+
+def test_slca_mean_scaling_logit_norm_and_milestone(data):
+    exps = experiences(data)
+    method = METHODS["slca"](context(epochs=5), samples_per_class=4, ca_epochs=0)
+    for exp in exps:
+        method.learn(exp)
+    # the code's mean scaling after task T = 2: 0.9 + 0.1 (t + 1) / 3 for a class of task t
+    scales = method.mean_scales()
+    assert scales == pytest.approx({0: 0.9 + 0.1 / 3, 1: 0.9 + 0.1 / 3, 2: 0.9 + 0.2 / 3, 3: 0.9 + 0.2 / 3, 4: 1.0, 5: 1.0})
+    torch.manual_seed(0)
+    method.means = {c: torch.randn(192) for c in range(6)}
+    method.covs = {c: 1e-8 * torch.eye(192) for c in range(6)}              # nearly no spread: samples = s_c μ_c
+    feats, labels = method.sample()
+    for c in range(6):
+        torch.testing.assert_close(feats[labels == c].mean(0), scales[c] * method.means[c], rtol=0, atol=1e-3)
+    # logit normalisation by hand: per-task norms of [3, 4 | 0, 0 | 6, 8] are 5, 0, 10 -> mean 5, τ = 0.1
+    logits = torch.tensor([[3.0, 4.0, 0.0, 0.0, 6.0, 8.0]])
+    torch.testing.assert_close(method.normalised_logits(logits), logits / 5 / 0.1, rtol=1e-5, atol=1e-5)
+    # MultiStepLR: lr x 0.1 after int(0.8 x 5) = 4 epochs, for both parameter groups
+    trainer = method.slow_learner()
+    base = [g["initial_lr"] for g in trainer.optimizer.param_groups]
+    lr = lambda e: [b * f(e) for b, f in zip(base, trainer.scheduler.lr_lambdas)]   # noqa: E731
+    assert lr(3) == pytest.approx([1e-4, 1e-2]) and lr(4) == pytest.approx([1e-5, 1e-3])
