@@ -88,7 +88,7 @@ class APER(clh.Method):
         self.labels.add(experience)
         if self.adapted is None:
             self.adapt(experience)
-        for x, y in experience.batches(shuffle=False):
+        for x, y in experience.batches(shuffle=False, augment=False):   # prototypes of raw views (PILOT mode='test')
             self.sums.index_add_(0, y, self.features(x))
             self.counts.index_add_(0, y, torch.ones_like(y, dtype=self.counts.dtype))
 

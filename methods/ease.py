@@ -71,7 +71,7 @@ class EASE(clh.Method):
         for i, space in enumerate(self.subspaces):       # the new classes in every subspace, from data
             sums = torch.zeros_like(self.prototypes[i])
             counts = torch.zeros(self.context.num_classes, device=sums.device)
-            for x, y in experience.batches(shuffle=False):
+            for x, y in experience.batches(shuffle=False, augment=False):   # raw views (PILOT mode='test')
                 sums.index_add_(0, y, space(x))
                 counts.index_add_(0, y, torch.ones_like(y, dtype=counts.dtype))
             self.prototypes[i][classes] = sums[classes] / counts[classes].clamp(min=1)[:, None]

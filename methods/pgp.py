@@ -74,7 +74,7 @@ class PGP(L2P):
         """Add this task's patch-embedding and query subspaces to the memories."""
         vit = vit_of(self.frozen, self.name)
         tokens, queries, n = [], [], 0
-        for x, _ in experience.batches(shuffle=False):
+        for x, _ in experience.batches(shuffle=False, augment=False):
             x = x[:self.hp["memory_images"] - n]
             tokens.append(vit.patch_embed(x).flatten(0, -2))
             queries.append(self.frozen(x))

@@ -222,3 +222,46 @@ def test_pgp_prompt_and_key_gradients_are_orthogonal_to_the_stored_subspaces(dat
     plain = METHODS["l2p"](context(), lr=0.01, pool_size=6, top_n=2, prompt_length=3).memory_report()
     extra = method.prompt_space.basis.numel() + method.key_space.basis.numel()
     assert method.memory_report().tensor_elements - plain.tensor_elements == extra   # the bases are counted
+
+
+HIDE = dict(lr=0.01, layers="0-1", prompt_length=4, ca_epochs=5, samples_per_class=16)
+
+
+def test_hide_prompt_infers_the_task_from_stored_statistics_only(data):
+    method = METHODS["hide_prompt"](context(epochs=2), **HIDE)
+    exps = experiences(data)
+    for exp in exps[:2]:
+        method.learn(exp)
+    # nothing image-shaped is kept: the statistics are class means and covariances
+    report = method.memory_report()
+    assert report.exemplars == 0
+    kept = [t for s in (method.instructed, method.uninstructed) for t in s.tensors()]
+    assert sorted(method.uninstructed.means) == [0, 1, 2, 3] and all(t.shape[-1] == 192 for t in kept)
+    assert report.tensor_elements >= 2 * 4 * (192 + 192 * 192)
+    x, y = next(data[1][0].batches(1000, shuffle=False))
+    q = method.frozen.backbone(x)[y == 1]
+    torch.testing.assert_close(method.uninstructed.means[1], q.mean(0), rtol=1e-4, atol=1e-4)
+    # TII by hand: the task of the seen class the TII head ranks first
+    xt = torch.cat([next(d.batches(12, shuffle=False))[0] for d in data[2][:2]])
+    ranked = method.tii_head(method.frozen.backbone(xt))[:, :4].argmax(1)
+    assert torch.equal(method.infer_task(xt), ranked // 2)
+    # the TII head is re-fitted from the statistics alone: give the four classes new, well separated
+    # Gaussians and the head follows them, without any image
+    gen = torch.Generator().manual_seed(0)
+    centres = 5 * torch.randn(4, 192, generator=gen)
+    for c in range(4):
+        method.uninstructed.means[c], method.uninstructed.covs[c] = centres[c], 0.01 * torch.eye(192)
+    method.align(method.tii_head, method.uninstructed)
+    assert torch.equal(method.tii_head(centres)[:, :4].argmax(1), torch.arange(4))
+
+
+def test_hide_prompt_learns_task_prompts_and_keeps_old_ones(data):
+    method = METHODS["hide_prompt"](context(epochs=3), **HIDE)
+    exps = experiences(data)
+    method.learn(exps[0])
+    e0 = method.e_prompts.detach().clone()
+    for exp in exps[1:]:
+        method.learn(exp)
+    assert method.e_prompts.shape[:3] == (3, 2, 2) and torch.equal(method.e_prompts[0], e0[0])
+    assert min(task_il_accuracy(method, data)) > 0.8
+    assert accuracy(method, data) > 1 / CLASSES + 0.2

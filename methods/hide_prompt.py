@@ -1,0 +1,206 @@
+"""HiDe-Prompt, Hierarchical Decomposition of prompt-based continual learning (Wang et al.,
+NeurIPS 2023). The class-incremental objective is split into three parts (sec. 4), each solved
+with task-specific prompts or stored class statistics — never stored images:
+
+- Within-task prediction (WTP): one E-prompt per task (prefix tuning, key and value prefixes of
+  length ``prompt_length`` = 20 on blocks ``layers`` = 0-4 of the frozen ViT; DualPrompt's
+  mechanism, ``vit_prompts``), trained on its task with cross-entropy over the task's classes plus
+  the contrastive regulariser of the code (``reg`` = 0.01): the batch's prompted features and the
+  stored prompted class means M form rows of S = M Mᵀ / 0.8, and each row is pulled towards
+  itself, cross-entropy(S, identity), which pushes the new features away from the old classes'.
+  After training, the prompt is mixed with the mean of the earlier ones,
+  e_t ← (1 − 0.01) e_t + 0.01 mean(e_1..e_{t−1}) (``prompt_momentum``).
+- Task-identity inference (TII): a classifier ĥ on the frozen (uninstructed) [CLS] features q(x)
+  (cached) learns each task's classes from its data; from the second task on it is re-fitted on
+  features sampled from the stored uninstructed class Gaussians N(μ̂_c, Σ̂_c) of every seen class.
+  The inferred task of x is the task of the class ĥ(q(x)) ranks first.
+- Task-adaptive prediction (TAP): the final classifier h is re-fitted, from the second task on, on
+  features sampled from the stored instructed class Gaussians N(μ_c, Σ_c) (each class's features
+  under its own task's prompt), so old and new classes are calibrated against each other.
+At test time: t̂ = TII(x), then h(f(x; e_t̂)). Statistics: mean and covariance per class
+(Σ + 1e-4 I), ``samples_per_class`` = 24 per class and epoch (the code's batch size), ``ca_epochs``
+= 30 epochs of SGD (lr 0.005, momentum 0.9, weight decay 5e-4, cosine decay), mini-batches of
+``samples_per_class``. WTP: Adam, lr 0.03 · 24 / 256 (the code scales by batch size / 256).
+
+Deliberate differences: the TII classifier is linear on the frozen features (the code trains a
+small MLP head on them); alignment passes over every sampled feature once per epoch (the code
+stops after as many mini-batches as there are old classes); the statistics are full covariances
+(the code's default ``covariance``; its ``variance`` and ``multi-centroid`` options are not
+offered)."""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import clharness as clh
+from clharness.feature_cache import FrozenFeatures
+from clharness.training import NEG, TaskLabels, Trainer, optimizer_space
+from clharness.vit_adapters import layer_range
+from clharness.vit_prompts import embed, forward_blocks, vit_of
+
+
+class ClassGaussians:
+    """Per seen class: mean and covariance (+1e-4 I) of some features; samples from them."""
+
+    def __init__(self):
+        self.means: dict[int, torch.Tensor] = {}
+        self.covs: dict[int, torch.Tensor] = {}
+
+    def fit(self, feats: torch.Tensor, labels: torch.Tensor) -> None:
+        feats = feats.double()
+        eye = torch.eye(feats.shape[1], dtype=feats.dtype, device=feats.device)
+        for c in labels.unique().tolist():
+            f = feats[labels == c]
+            self.means[c] = f.mean(0).float()
+            self.covs[c] = ((torch.cov(f.T) if len(f) > 1 else torch.zeros_like(eye)) + 1e-4 * eye).float()
+
+    def sample(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        classes = sorted(self.means)
+        means = torch.stack([self.means[c] for c in classes])
+        chol = torch.linalg.cholesky(torch.stack([self.covs[c] for c in classes]).double()).float()
+        z = torch.randn(len(classes), n, means.shape[1], generator=gen).to(means.device)
+        feats = means[:, None] + z @ chol.transpose(1, 2)
+        return feats.flatten(0, 1), torch.tensor(classes, device=means.device).repeat_interleave(n)
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [*self.means.values(), *self.covs.values()]
+
+
+class HiDePrompt(clh.Method):
+    name = "hide_prompt"
+    hparams = {**optimizer_space(lr=0.03 * 24 / 256, optimizer="adam"),
+               "prompt_length": clh.Int(1, 100, default=20),
+               "layers": clh.Choice(["0-4", "0-1", "0-0", "1-1", "0-2", "0-3", "0-5"], default="0-4"),
+               "reg": clh.Float(0.0, 10.0, default=0.01),
+               "prompt_momentum": clh.Float(0.0, 1.0, default=0.01),
+               "ca_epochs": clh.Int(0, 1000, default=30),
+               "ca_lr": clh.Float(1e-5, 1.0, default=0.005, log=True),
+               "samples_per_class": clh.Int(1, 10000, default=24)}
+
+    def __init__(self, context, **hparams):
+        super().__init__(context, **hparams)
+        self.frozen = FrozenFeatures(context.make_backbone(), amp=context.amp)
+        vit = vit_of(self.frozen, self.name)
+        self.layers = layer_range(self.hp["layers"], len(vit.blocks), self.name)
+        dim, self.gen = vit.embed_dim, torch.Generator().manual_seed(context.seed)
+        self.e_prompts = nn.Parameter(torch.zeros(0, len(self.layers), 2, self.hp["prompt_length"], dim,
+                                                  device=context.device))
+        self.head = nn.Linear(dim, context.num_classes).to(context.device)       # h (TAP)
+        self.tii_head = nn.Linear(dim, context.num_classes).to(context.device)   # ĥ (TII)
+        self.instructed = ClassGaussians()      # prompted features, each class under its own prompt
+        self.uninstructed = ClassGaussians()    # frozen [CLS] features
+        self.labels = TaskLabels(context)
+        self.task_of_class = torch.full((context.num_classes,), -1, dtype=torch.long, device=context.device)
+        self.task_of_id: dict[int, int] = {}
+
+    @property
+    def seen(self) -> torch.Tensor:
+        return self.task_of_class >= 0
+
+    def represent(self, x: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+        """[CLS] output with E-prompt ``task[i]`` as the prefixes of the prompted blocks."""
+        vit = vit_of(self.frozen, self.name)
+        e = self.e_prompts[task]                                  # (B, layers, 2, L, D)
+        prefixes = {layer: e[:, i] for i, layer in enumerate(self.layers)}
+        return vit.forward_head(forward_blocks(vit, embed(vit, x), prefixes), pre_logits=True)
+
+    def contrastive(self, feats: torch.Tensor) -> torch.Tensor:
+        """The code's regulariser: rows [old class means; batch features], S = M Mᵀ / 0.8,
+        cross-entropy of each row against itself."""
+        M = torch.cat([torch.stack(list(self.instructed.means.values())), feats]) if self.instructed.means else feats
+        S = M @ M.T / 0.8
+        return F.cross_entropy(S, torch.arange(len(M), device=M.device))
+
+    def infer_task(self, x: torch.Tensor) -> torch.Tensor:
+        """TII: the task of the seen class the uninstructed classifier ranks first."""
+        logits = self.tii_head(self.frozen(x)).masked_fill(~self.seen, NEG)
+        return self.task_of_class[logits.argmax(1)]
+
+    def learn(self, experience):
+        self.labels.add(experience)
+        classes = list(experience.classes)
+        t = len(self.e_prompts)
+        self.task_of_class[classes] = t
+        if experience.task_id is not None:
+            self.task_of_id[experience.task_id] = t
+        shape = self.e_prompts.shape[1:]
+        new = torch.empty(1, *shape).uniform_(-1, 1, generator=self.gen).to(self.context.device)
+        self.e_prompts = nn.Parameter(torch.cat([self.e_prompts.detach(), new]))
+        old = self.e_prompts.detach()[:t].clone()
+
+        def wtp_loss(x, y):
+            feats = self.represent(x, torch.full((len(x),), t, dtype=torch.long, device=x.device))
+            ce = F.cross_entropy(self.labels.mask_current(self.head(feats)), y)
+            return ce + self.hp["reg"] * self.contrastive(feats) if self.hp["reg"] else ce
+
+        def tii_loss(x, y):
+            return F.cross_entropy(self.labels.mask_current(self.tii_head(self.frozen(x))), y)
+
+        trainer = Trainer.for_method(self, [self.e_prompts, *self.head.parameters()])
+        tii_trainer = Trainer.for_method(self, self.tii_head.parameters())
+        for x, y in experience.batches(epochs=self.context.epochs):
+            trainer.step(wtp_loss, x, y)
+            tii_trainer.step(tii_loss, x, y)
+        trainer.check()
+        tii_trainer.check()
+        with torch.no_grad():
+            self.e_prompts[:t] = old                     # only this task's prompt learns
+            if t and self.hp["prompt_momentum"]:
+                m = self.hp["prompt_momentum"]
+                self.e_prompts[t] = (1 - m) * self.e_prompts[t] + m * old.mean(0)
+        self.store_statistics(experience, t)
+        if t and self.hp["ca_epochs"]:
+            self.align(self.tii_head, self.uninstructed)    # TII from the uninstructed statistics
+            self.align(self.head, self.instructed)          # TAP from the instructed statistics
+
+    @torch.no_grad()
+    def store_statistics(self, experience, t: int) -> None:
+        qs, fs, ys = [], [], []
+        for x, y in experience.batches(shuffle=False, augment=False):   # raw views, as the code's statistics
+            qs.append(self.frozen(x))
+            fs.append(self.represent(x, torch.full((len(x),), t, dtype=torch.long, device=x.device)))
+            ys.append(y)
+        y = torch.cat(ys)
+        self.uninstructed.fit(torch.cat(qs), y)
+        self.instructed.fit(torch.cat(fs), y)
+
+    def align(self, head: nn.Linear, stats: ClassGaussians) -> None:
+        """Re-fit ``head`` on features sampled from ``stats`` alone (every seen class, resampled
+        each epoch), logits of unseen classes masked."""
+        opt = torch.optim.SGD(head.parameters(), lr=self.hp["ca_lr"], momentum=0.9, weight_decay=5e-4)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, self.hp["ca_epochs"])
+        n = self.hp["samples_per_class"]
+        for _ in range(self.hp["ca_epochs"]):
+            feats, labels = stats.sample(n, self.gen)
+            perm = torch.randperm(len(labels), generator=self.gen).to(labels.device)
+            for i in range(0, len(perm), n):
+                idx = perm[i:i + n]
+                loss = F.cross_entropy(head(feats[idx]).masked_fill(~self.seen, NEG), labels[idx])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            sched.step()
+            if not torch.isfinite(loss):
+                raise clh.Diverged(f"method 'hide_prompt': non-finite alignment loss ({loss.item()}); try a lower ca_lr")
+
+    @torch.no_grad()
+    def features(self, x, task_id=None):
+        if task_id is not None and task_id in self.task_of_id:
+            task = torch.full((len(x),), self.task_of_id[task_id], dtype=torch.long, device=x.device)
+        else:
+            task = self.infer_task(x)
+        with torch.autocast("cuda", dtype=torch.float16, enabled=self.context.amp and x.is_cuda):
+            return self.represent(x, task).float()
+
+    @torch.no_grad()
+    def predict(self, x, task_id=None):
+        if not len(self.e_prompts):
+            return torch.full((len(x), self.context.num_classes), NEG, device=x.device)
+        return self.head(self.features(x, task_id)).masked_fill(~self.seen, NEG)
+
+    def memory_report(self):
+        """E-prompts are learned parameters; the class statistics are kept tensors (CLDyB B.4)."""
+        report = super().memory_report()
+        report.parameters += self.e_prompts.numel()
+        report.tensor_elements -= self.e_prompts.numel()
+        report.tensor_elements += sum(t.numel() for s in (self.instructed, self.uninstructed) for t in s.tensors())
+        return report
