@@ -82,7 +82,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("tests/test_buffers.py::test_reservoir_first_replacement_and_fill_phase_survival_are_exact",)),
     Mutation("class-balanced-never-evicts-largest", "clharness/buffers.py",
              "if len(own) < largest:", "if len(own) < largest - 1:",
-             ("tests/test_buffers.py",)),
+             ("tests/test_buffers.py::test_class_balanced_stores_every_element_of_a_class_below_the_largest",
+              "tests/test_buffers.py::test_class_balanced_counts_stay_within_one")),
     # STF generator and protocol
     Mutation("disjoint-not-shuffled-within-task", "clharness/streams.py",
              "return order_by_timestamps(task_of_class[labels].astype(float), rng)",

@@ -88,6 +88,17 @@ def test_class_balanced_counts_stay_within_one(chunk):
         assert {c: int((y == c).sum()) for c in counts} == counts   # bookkeeping matches storage
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_class_balanced_stores_every_element_of_a_class_below_the_largest(seed):
+    """CBRS: an element whose class is not (one of) the largest is always stored, evicting an exemplar
+    of a largest class; so one class short of the largest still takes its slot, for every seed."""
+    buf = ClassBalancedBuffer(5, seed=seed)
+    buf.add(torch.zeros(5, 1), torch.tensor([0, 0, 0, 1, 1]))     # full: 3 of class 0, 2 of class 1
+    buf.add(torch.ones(1, 1), torch.tensor([1]))                   # class 1 is one short of the largest
+    assert buf.class_counts() == {0: 2, 1: 3}
+    assert 1.0 in buf.tensors()[0].ravel().tolist()                # the new element is in the memory
+
+
 def test_class_balanced_is_uniform_within_each_class():
     # one class, 100 elements, 20 slots once a second class arrives: every element of class 0
     # should survive with the same probability (reservoir sampling inside the class).
