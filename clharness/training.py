@@ -72,21 +72,26 @@ class Trainer:
         self.steps = 0
         self._loss_sum = None      # CUDA: running sum of losses, non-finite once any loss was
         self.scheduler, self.epoch_steps = None, 0   # see schedule()
+        self.clip_grad = 0.0   # > 0: gradients clipped to this total norm before each step
 
     @classmethod
     def for_method(cls, method: Method, params: Iterable | None = None, **overrides) -> "Trainer":
         """A trainer with the optimizer named by the method's hyperparameters (``overrides`` win).
         On the method's first task with a suite ``first_task_train`` (GTEP Table 3), its lr, weight
         decay, epochs, StepLR milestones and decay replace the configuration's (momentum, optimizer
-        and scheduler kind stay the configuration's; "milestones only applied when StepLR")."""
+        and scheduler kind stay the configuration's; "milestones only applied when StepLR").
+        A method's ``scale_lr`` hyperparameter (true) multiplies lr by batch_size / 256, the linear
+        scaling rule of timm-based code (L2P, DualPrompt); ``clip_grad`` > 0 clips gradient norms."""
         first = first_task_train(method)
         if first:
             overrides = {"lr": first["lr"], "weight_decay": first["weight_decay"], **overrides}
         hp = {**method.hp, **overrides}
         params = method.model.parameters() if params is None else params
-        opt = make_optimizer(params, hp.get("optimizer", "sgd"), hp["lr"], hp.get("momentum", 0.0),
+        lr = hp["lr"] * (method.context.batch_size / 256 if hp.get("scale_lr", False) else 1)
+        opt = make_optimizer(params, hp.get("optimizer", "sgd"), lr, hp.get("momentum", 0.0),
                              hp.get("weight_decay", 0.0))
         trainer = cls(method.name, opt, method.context)
+        trainer.clip_grad = hp.get("clip_grad", 0.0)
         epoch_steps = getattr(getattr(method, "labels", None), "epoch_steps", 0)
         if hp.get("scheduler", "constant") != "constant" and epoch_steps:
             if first:
@@ -121,6 +126,9 @@ class Trainer:
             self._guard(loss)
             opt.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
+            if self.clip_grad > 0:
+                self.scaler.unscale_(opt)   # clip the true gradients
+                self._clip()
             self.scaler.step(opt)
             self.scaler.update()
         else:
@@ -128,11 +136,17 @@ class Trainer:
             self._guard(loss)
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            if self.clip_grad > 0:
+                self._clip()
             opt.step()
         self.steps += 1
         if self.scheduler is not None and self.steps % self.epoch_steps == 0:
             self.scheduler.step()   # an epoch ended
         return loss.detach()
+
+    def _clip(self) -> None:
+        params = [p for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
+        torch.nn.utils.clip_grad_norm_(params, self.clip_grad)
 
     def step_taken(self) -> bool:
         """Whether the last ``step`` moved the weights. Always without AMP. With AMP, GradScaler

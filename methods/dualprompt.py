@@ -10,7 +10,11 @@ Training on task t uses E-prompt t (the task's own, sec. 4.3) and minimises
 with logits outside the current task masked; at test time the E-prompt whose key best matches the
 query q(x) (the frozen ViT's [CLS] feature, cached) is used. The classifier reads the [CLS] output.
 Defaults follow the authors' code: prompt length 5 for G and E (each split into key and value
-prefixes of that length), Adam, lr 0.005. The E-prompt pool holds one prompt per task seen
+prefixes of that length), Adam, lr 0.005 per 256 images. As the PyTorch port
+(JH-LEE-KR/dualprompt-pytorch) does, the lr is scaled by batch_size / 256 (``scale_lr``; 0.005 x
+24 / 256 at its batch size 24), gradients are clipped to norm 1.0 (``clip_grad``), and a new task's
+E-prompt starts as a copy of the previous task's (its shared_prompt_pool transfer; the new key
+starts uniform, shared_prompt_key being off). The E-prompt pool holds one prompt per task seen
 (pool size = number of tasks, as in the paper), so it grows with the sequence."""
 import torch
 import torch.nn.functional as F
@@ -35,7 +39,10 @@ def _layers(spec: str, depth: int, name: str) -> list[int]:
 
 class DualPrompt(clh.Method):
     name = "dualprompt"
+    version = "2"   # lr x batch_size / 256, gradient clipping, E-prompt initialised from the previous task's
     hparams = {**optimizer_space(lr=0.005, optimizer="adam"),
+               "scale_lr": clh.Choice([True, False], default=True),       # lr x batch_size / 256
+               "clip_grad": clh.Float(0.0, 100.0, default=1.0),            # 0 = no clipping
                "g_layers": clh.Choice(["0-1", "0-0", "0-2", "1-1"], default="0-1"),
                "e_layers": clh.Choice(["2-4", "1-1", "2-2", "2-3", "3-5", "1-4"], default="2-4"),
                "g_length": clh.Int(1, 50, default=5),
@@ -81,9 +88,12 @@ class DualPrompt(clh.Method):
         t = len(self.e_keys)
         if experience.task_id is not None:
             self.task_of_id[experience.task_id] = t
-        # a new expert prompt and key for the new task (pool size = number of tasks)
+        # a new expert prompt and key for the new task (pool size = number of tasks); the prompt
+        # starts from the previous task's (the port's prompt transfer), the first one uniform
         dim = self.e_keys.shape[1]
-        self.e_prompts = nn.Parameter(torch.cat([self.e_prompts.detach(), self._uniform(1, *self.e_prompts.shape[1:])]))
+        fresh = self._uniform(1, *self.e_prompts.shape[1:])   # drawn either way: the keys' draws stay put
+        new = self.e_prompts.detach()[-1:].clone() if t > 0 else fresh
+        self.e_prompts = nn.Parameter(torch.cat([self.e_prompts.detach(), new]))
         self.e_keys = nn.Parameter(torch.cat([self.e_keys.detach(), self._uniform(1, dim)]))
 
         def loss(x, y):

@@ -5,7 +5,10 @@ with q(x) are prepended to the patch tokens (sec. 4.1-4.2), the classifier reads
 the outputs at the prompt positions. Training minimises the surrogate loss (eq. 5)
     L = CE(g(f_avg(x_p)), y) + λ Σ_{selected i} γ(q(x), k_i),   γ = 1 - cosine,
 with the logits of classes outside the current task masked (the authors' train mask). Defaults
-are the paper's: M = 10, Lp = 5, N = 5, λ = 0.1 (authors' code), Adam, constant lr 0.03."""
+are the paper's: M = 10, Lp = 5, N = 5, λ = 0.1 (authors' code), Adam, constant lr 0.03 per 256
+images: as the PyTorch port (JH-LEE-KR/l2p-pytorch) does, the lr is scaled by batch_size / 256
+(``scale_lr``; 0.03 x 16 / 256 = 0.001875 at the port's batch size 16), and gradients are clipped
+to norm 1.0 (``clip_grad``, the port's --clip-grad)."""
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -34,7 +37,10 @@ class PromptPool(nn.Module):
 
 class L2P(clh.Method):
     name = "l2p"
+    version = "2"   # lr x batch_size / 256 and gradient clipping, as the PyTorch port
     hparams = {**optimizer_space(lr=0.03, optimizer="adam"),
+               "scale_lr": clh.Choice([True, False], default=True),       # lr x batch_size / 256
+               "clip_grad": clh.Float(0.0, 100.0, default=1.0),            # 0 = no clipping
                "pool_size": clh.Int(1, 100, default=10),
                "prompt_length": clh.Int(1, 50, default=5),
                "top_n": clh.Int(1, 100, default=5),

@@ -102,3 +102,33 @@ def test_slca_mean_scaling_logit_norm_and_milestone(data):
     base = [g["initial_lr"] for g in trainer.optimizer.param_groups]
     lr = lambda e: [b * f(e) for b, f in zip(base, trainer.scheduler.lr_lambdas)]   # noqa: E731
     assert lr(3) == pytest.approx([1e-4, 1e-2]) and lr(4) == pytest.approx([1e-5, 1e-3])
+
+
+@pytest.mark.parametrize("name,base", [("l2p", 0.03), ("dualprompt", 0.005)])
+def test_prompt_methods_scale_lr_by_batch_over_256_and_clip_gradients(name, base):
+    from clharness.training import Trainer
+    layers = {k: v for k, v in PROMPTED[name].items() if k.endswith("layers")}   # a 2-block ViT
+    method = METHODS[name](context(), **layers)                         # batch size 16
+    params = list(method.head.parameters())
+    trainer = Trainer.for_method(method, params)
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(base * 16 / 256)   # L2P: 0.001875
+    assert trainer.clip_grad == 1.0
+    unscaled = METHODS[name](context(), scale_lr=False, **layers)
+    assert Trainer.for_method(unscaled, params).optimizer.param_groups[0]["lr"] == pytest.approx(base)
+    # the clipping itself: plain SGD at lr 1 on a huge gradient moves by exactly norm 1
+    w = torch.nn.Parameter(torch.zeros(5))
+    step = Trainer(name, torch.optim.SGD([w], lr=1.0), method.context)
+    step.clip_grad = 1.0
+    step.step(lambda: (1000 * torch.arange(5.0) * w).sum())
+    assert w.detach().norm().item() == pytest.approx(1.0, rel=1e-5)
+
+
+def test_dualprompt_new_e_prompt_starts_from_the_previous_tasks(data):
+    exps = experiences(data)
+    method = METHODS["dualprompt"](context(epochs=1), **PROMPTED["dualprompt"])
+    method.learn(exps[0])
+    first = method.e_prompts.detach()[0].clone()
+    method.context.epochs = 0                       # no training: the new task's prompt as initialised
+    method.learn(exps[1])
+    assert torch.equal(method.e_prompts[1], first) and torch.equal(method.e_prompts[0], first)
+    assert not torch.equal(method.e_keys[1], method.e_keys[0])   # the key starts afresh (no shared key)

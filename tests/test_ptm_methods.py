@@ -21,8 +21,9 @@ VIT = dict(model="vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2)
 
 PRETRAINED = {}
 # tiny-model settings of the prompt methods (2 blocks: G-prompt on block 0, E-prompts on block 1)
-PROMPTED = {"l2p": dict(lr=0.01, pool_size=6, top_n=2, prompt_length=3),
-            "dualprompt": dict(lr=0.01, g_layers="0-0", e_layers="1-1")}
+# (lr per 256 images: 0.16 x 16 / 256 = 0.01 at batch size 16)
+PROMPTED = {"l2p": dict(lr=0.16, pool_size=6, top_n=2, prompt_length=3),
+            "dualprompt": dict(lr=0.16, g_layers="0-0", e_layers="1-1")}
 
 
 def tiny_vit(**extra):
@@ -281,7 +282,7 @@ def test_l2p_selects_prompts_by_key_query_cosine_and_prepends_them(prompted, dat
 
 
 def test_l2p_surrogate_loss_pulls_the_selected_keys_towards_the_queries(data):
-    method = METHODS["l2p"](context(epochs=2), lr=0.05, pool_size=10, top_n=1, prompt_length=3, pull_lambda=1.0)
+    method = METHODS["l2p"](context(epochs=2), lr=0.8, pool_size=10, top_n=1, prompt_length=3, pull_lambda=1.0)
     exp = experiences(data)[0]
     x, y = exp.tensors()
     q = method.frozen(x)
