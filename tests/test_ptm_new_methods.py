@@ -1,6 +1,7 @@
 """The pretrained-model methods of issue 17 (CODA-Prompt, APER, EASE, LAE, ...) on the tiny
 "pretrained" ViT of test_ptm_methods (2 blocks, 32x32 inputs, 8x8 patches, 6 synthetic classes in
 3 tasks): each method's defining rule from its paper, checked by hand on the trained method."""
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -265,3 +266,30 @@ def test_hide_prompt_learns_task_prompts_and_keeps_old_ones(data):
     assert method.e_prompts.shape[:3] == (3, 2, 2) and torch.equal(method.e_prompts[0], e0[0])
     assert min(task_il_accuracy(method, data)) > 0.8
     assert accuracy(method, data) > 1 / CLASSES + 0.2
+
+
+@pytest.mark.parametrize("name,hp", [("coda_prompt", CODA), ("aper", {"ffn_num": 8, "lr": 0.1}),
+                                     ("ease", {"ffn_num": 8, "lr": 0.1}), ("lae", {"layers": "0-1", "freeze_epochs": 0}),
+                                     ("pgp", {"lr": 0.01, "pool_size": 6, "top_n": 2, "prompt_length": 3}),
+                                     ("hide_prompt", {**HIDE, "ca_epochs": 1})])
+def test_new_methods_clone_independently_and_count_their_state(name, hp, data):
+    exps = experiences(data)
+    method = METHODS[name](context(epochs=1), **hp)
+    bare = method.memory_report()
+    method.learn(exps[0])
+    x, _ = next(data[2][1].batches(16, shuffle=False))
+    before = method.predict(x).clone()
+    twin = method.clone()
+    twin.learn(exps[1])
+    assert torch.equal(method.predict(x), before)          # the original is untouched by its clone
+    assert not torch.equal(twin.predict(x), before)
+    assert twin.frozen is method.frozen                     # the frozen ViT and its cache are shared
+    grown, report = twin.memory_report(), method.memory_report()
+    size = lambda r: r.parameters + r.tensor_elements   # noqa: E731
+    assert report.exemplars == 0
+    if name == "lae":                                       # its two PETs exist from the start
+        parts = (method.frozen, method.head, method.online, method.offline)
+        assert size(report) == size(bare) == sum(p.numel() for m in parts for p in m.parameters()) + CLASSES   # + seen
+    else:                                                   # components, branches, bases, statistics
+        assert size(report) > size(bare)
+    assert size(grown) >= size(report)
