@@ -70,16 +70,17 @@ class GDumb(SupervisedMethod):
 
     def learn(self, experience):
         self.labels.add(experience)
-        for x, y in experience.batches(shuffle=True):   # seeded by the experience
+        for x, y in experience.batches(shuffle=True, augment=False):   # seeded; the memory keeps raw views
             self.memory.add(x, y)
-        self.retrain()
+        self.retrain(experience.augment if experience.augmenting else None)
 
     def observe(self, batch):
         self.memory.add(batch.x, batch.y)
         self.stale = True
 
-    def retrain(self):
-        """A fresh network (seeded by the method, so snapshots replay exactly) trained on the memory."""
+    def retrain(self, augment=None):
+        """A fresh network (seeded by the method, so snapshots replay exactly) trained on the memory;
+        ``augment`` (the suite's recipe, offline tasks) draws a fresh view of every memory batch."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(hash((self.context.seed, self.retrains)) % 2**31)
             self.model = self.context.make_classifier()
@@ -93,7 +94,7 @@ class GDumb(SupervisedMethod):
                 order = torch.randperm(len(y), generator=self.gen).to(y.device)
                 for start in range(0, len(y), bs):
                     idx = order[start:start + bs]
-                    yield x[idx], y[idx]
+                    yield (x[idx] if augment is None else augment(x[idx])), y[idx]
         self.fit(batches())
         self.stale = False
 

@@ -91,7 +91,7 @@ class GMED(ER):
         for x, y in experience.batches(epochs=self.context.epochs):
             self.step(x, y)
         self.trainer.check()
-        for x, y in experience.batches():
+        for x, y in experience.batches(augment=False):   # the memory keeps raw views
             self._store(x, y)
 
     def _store(self, x, y):

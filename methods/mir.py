@@ -69,5 +69,5 @@ class MIR(ER):
         for x, y in experience.batches(epochs=self.context.epochs):
             self.step(x, y)
         self.trainer.check()
-        for x, y in experience.batches():     # one pass: each sample offered to the memory once
+        for x, y in experience.batches(augment=False):   # one pass, raw views: each sample offered once
             self.buffer.add(x, y)
