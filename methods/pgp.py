@@ -10,8 +10,8 @@ of that task is added to a Gradient Projection Memory (Saha et al. 2021; ``Featu
 From the second task on, every gradient step replaces the prompt gradient g (rows in R^D) by
 g − g U Uᵀ and the key gradient likewise with the key basis, so the update is orthogonal to the
 stored subspaces; gradients are clipped to norm 1.0 first, as the code does. Everything else is
-L2P (Adam, constant lr 0.03, M = 10, Lp = 5, N = 5, λ = 0.1), in fp32 (the projection reads
-unscaled gradients).
+L2P (Adam, constant lr 0.03 per 256 images, M = 10, Lp = 5, N = 5, λ = 0.1, ``clip_grad`` 1.0),
+in fp32 (the projection reads unscaled gradients).
 
 Deliberate differences: the subspaces are computed exactly (SVD energy of the full representation
 matrix of up to ``memory_images`` images) rather than after the code's PCA to 9 (prompts) and 5
@@ -29,10 +29,10 @@ from clharness_methods.l2p import L2P
 
 class PGP(L2P):
     name = "pgp"
+    version = "1"
     hparams = {**L2P.hparams,
                "prompt_threshold": clh.Float(0.01, 1.0, default=0.50),
                "key_threshold": clh.Float(0.01, 1.0, default=0.97),
-               "clip_grad": clh.Float(0.0, 100.0, default=1.0),              # 0 = no clipping
                "memory_images": clh.Int(1, 100000, default=768)}
 
     def __init__(self, context, **hparams):
