@@ -54,6 +54,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--clh-quick", action="store_true", help="shrunk budgets: the suites' [quick] settings")
     group.addoption("--clh-plugin", action="append", default=[], metavar="MODULE",
                     help="import MODULE as a clharness plugin; repeatable")
+    group.addoption("--clh-ray", default=None, metavar="local|auto|ray://HOST:PORT",
+                    help="run the cases as Ray tasks (pip install 'clharness[ray]'): local starts a Ray runtime "
+                         "here, auto joins the cluster of `ray start`, ray://HOST:PORT uses Ray Client")
+    group.addoption("--clh-gpus-per-run", type=float, default=None, metavar="F",
+                    help="GPUs per Ray task, fractional allowed: 0.25 packs four runs on one GPU "
+                         "(default: the scenario's gpus_per_run, else 0)")
+    group.addoption("--clh-cpus-per-run", type=float, default=None, metavar="N",
+                    help="CPUs per Ray task (default: the scenario's cpus_per_run, else 1)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -61,6 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
     clh = ClhSession(config)
     config.stash[session_key] = clh
     config.pluginmanager.register(clh, "clharness-session")
+    if config.getoption("clh_ray"):
+        _start_ray_plugin(config, clh)
     if config.getoption("clh_suite") and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args[:] = []   # no explicit test paths: run only the suites, not the project's tests
     if config.getoption("clh_suite") or any(str(a).split("::")[0].endswith(".toml") for a in config.args):
@@ -77,6 +87,19 @@ def pytest_configure(config: pytest.Config) -> None:
                 clh.device
             except RuntimeError as exc:
                 raise pytest.UsageError(str(exc)) from None
+
+
+def _start_ray_plugin(config: pytest.Config, clh: "ClhSession") -> None:
+    """--clh-ray: cases become Ray tasks (clharness.ray_backend, the only module that imports Ray)."""
+    if hasattr(config, "workerinput") or config.getoption("numprocesses", None):
+        raise pytest.UsageError("--clh-ray and pytest-xdist (-n) do not combine: Ray spreads the cases over "
+                                "its workers; drop -n")
+    try:
+        from .ray_backend import RayPlugin
+    except ImportError as exc:
+        raise pytest.UsageError(f"--clh-ray needs Ray ({exc}); install it with: pip install 'clharness[ray]'") from None
+    clh.remote = RayPlugin(clh)
+    config.pluginmanager.register(clh.remote, "clharness-ray")
 
 
 def _pin_xdist_worker(config: pytest.Config) -> None:
@@ -112,6 +135,8 @@ class ClhSession:
         self._store = None
         self._baseline = None
         self.reused = 0
+        self.remote = None                # clharness.ray_backend.RayPlugin under --clh-ray
+        self.resources: dict[tuple[str, str], dict] = {}   # (suite, scenario) -> cpus/gpus_per_run
         self.selected: set[str] = set()   # keys of the cases this session runs (after -k, --lf)
         self.session_id = getattr(config, "workerinput", {}).get("clh_session") or uuid.uuid4().hex
 
@@ -343,6 +368,7 @@ class SuiteFile(pytest.File):
         clh: ClhSession = self.config.stash[session_key]
         cases: list[CaseItem] = []
         suite = load_suite(self.suite_file or self.path, quick=self.config.getoption("clh_quick"))
+        clh.resources.update({(suite.name, name): res for name, res in suite.resources.items()})
         seeds = self.config.getoption("clh_seeds") or suite.seeds
         for spec in suite.scenarios:
             module = kind_module(spec.kind)
@@ -483,9 +509,12 @@ def run_stored_case(request: pytest.FixtureRequest, case, amend=None, divergence
     if record is not None:
         item.user_properties.append((REUSED_PROPERTY, record.key))
     else:
-        root = config.getoption("clh_data_root")
-        record = run_case(case, clh.harness, clh.device, Path(root) if root else None,
-                          config.getoption("clh_download"))
+        if clh.remote is not None:   # --clh-ray: the case's Ray task (submitted after collection)
+            record = clh.remote.result(case_key(case, clh.harness.methods[case.method]), case)
+        else:
+            root = config.getoption("clh_data_root")
+            record = run_case(case, clh.harness, clh.device, Path(root) if root else None,
+                              config.getoption("clh_download"))
         if amend is not None:
             amend(record)
         record.session = clh.session_id

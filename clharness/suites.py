@@ -107,6 +107,7 @@ KINDS = {"split": "clharness.scenarios.splits", "stf": "clharness.scenarios.stf"
 SETTINGS = ("class-incremental", "task-incremental", "online")   # clharness.Setting values
 CHOICES = {"setting": SETTINGS, "class_order": ("seed", "fixed"), "kind": tuple(KINDS)}
 SUITE_KEYS = ("name", "description", "seeds", "methods")
+RESOURCE_KEYS = ("cpus_per_run", "gpus_per_run")   # Ray task resources per run (--clh-ray), any scenario table
 TOP_KEYS = ("suite", "defaults", "quick", "scenario", "hparams", "gates")
 
 
@@ -120,6 +121,7 @@ class Suite:
     methods: tuple[str, ...] = ()                       # empty: every applicable method
     hparams: dict[str, dict[str, Any]] = field(default_factory=dict)
     gates: tuple = ()                                    # clharness.gates.Gate, judged after the cases
+    resources: dict[str, dict[str, float]] = field(default_factory=dict)   # scenario -> cpus/gpus_per_run
 
 
 def is_suite_file(path: Path) -> bool:
@@ -160,6 +162,9 @@ def load_suite(path: str | Path, quick: bool = False) -> Suite:
     # [defaults] < [[scenario]] < [quick] < the scenario's own quick = {...}. Both the plain and the
     # quick variant of every scenario are checked, so a typo in a quick table never hides.
     defaults, quick_defaults = dict(data.get("defaults", {})), dict(data.get("quick", {}))
+    base_resources = _take_resources(path, "[defaults]", defaults)
+    quick_resources = _take_resources(path, "[quick]", quick_defaults)
+    resources = {}
     raw = data.get("scenario", [])
     if not isinstance(raw, list) or not raw:
         raise SuiteError(f"{path}: no [[scenario]] tables; a suite needs at least one")
@@ -170,6 +175,8 @@ def load_suite(path: str | Path, quick: bool = False) -> Suite:
         quick_table = table.pop("quick", {})
         if not isinstance(quick_table, dict):
             raise SuiteError(f"{path}: {where}: quick = {quick_table!r} must be a table of overrides")
+        own = {**base_resources, **_take_resources(path, where, table)}
+        own_quick = {**own, **quick_resources, **_take_resources(path, f"{where}.quick", quick_table)}
         plain = _check_kind(path, where, [("[defaults]", defaults), (where, table)])
         fast = _check_kind(path, f"{where} with its quick settings",
                            [("[defaults]", defaults), ("[quick]", quick_defaults), (where, table),
@@ -178,12 +185,28 @@ def load_suite(path: str | Path, quick: bool = False) -> Suite:
             raise SuiteError(f"{path}: scenario name {plain.name!r} is used twice")
         seen.add(plain.name)
         scenarios.append(fast if quick else plain)
+        resources[plain.name] = own_quick if quick else own
 
     hparams = data.get("hparams", {})
     if not isinstance(hparams, dict) or not all(isinstance(v, dict) for v in hparams.values()):
         raise SuiteError(f"{path}: [hparams.<method>] tables expected, got {hparams!r}")
     return Suite(name=name, path=path, scenarios=tuple(scenarios), description=head.get("description", ""),
-                 seeds=seeds, methods=tuple(methods), hparams=hparams, gates=_gates(path, data, seen))
+                 seeds=seeds, methods=tuple(methods), hparams=hparams, gates=_gates(path, data, seen),
+                 resources={k: v for k, v in resources.items() if v})
+
+
+def _take_resources(path, where, table: dict) -> dict:
+    """Pop a table's per-run resources (``cpus_per_run``, ``gpus_per_run``): where a run goes is no part
+    of what it computes, so they stay out of the ScenarioSpec and the record key (clharness.ray_backend)."""
+    out = {}
+    for key in RESOURCE_KEYS:
+        if key in table:
+            value = table.pop(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise SuiteError(f"{path}: {where}: {key} = {value!r} must be a number >= 0 "
+                                 "(e.g. gpus_per_run = 0.25 packs four runs on one GPU)")
+            out[key] = value
+    return out
 
 
 def _gates(path, data, scenario_names) -> tuple:

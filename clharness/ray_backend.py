@@ -1,0 +1,319 @@
+"""Cases as Ray tasks (issue 18): ``--clh-ray local|auto|ray://HOST:PORT``.
+
+Imported only when ``--clh-ray`` (or ``clharness run --ray``) is given; the core never imports Ray.
+
+After collection every selected case the results store does not already hold goes out as one Ray
+task with ``--clh-cpus-per-run`` CPUs and ``--clh-gpus-per-run`` GPUs (fractional: 0.25 packs four
+runs on a GPU; a scenario's ``gpus_per_run``/``cpus_per_run`` option is its default) and
+``max_retries`` for worker or node death. The pytest items still run in collection order, each
+waiting for its own case's record, and the driver alone writes the store; so progress lines, -x,
+-k, --lf, --junitxml, gates and the scorecard behave as in a serial session. At the end of the
+session (normal, -x or Ctrl-C) outstanding tasks are cancelled and every record that had already
+come back is stored, so a rerun trains only the rest.
+
+Plugins travel: ``conftest.py`` files and plugin files outside the installed packages are copied
+into one throw-away package that goes to the workers in the job's runtime environment
+(``py_modules``); installed plugins are imported by name on the workers, and a worker that cannot
+import one fails its case with an error naming the module, the case and the Ray node.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import sysconfig
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import ray
+
+from .results import RunRecord
+
+MAX_RETRIES = 3          # re-executions of a case whose worker or node died
+RESOURCE_OPTIONS = ("cpus_per_run", "gpus_per_run")   # per-scenario defaults (suite options)
+
+
+class RayBackendError(RuntimeError):
+    """A case that could not run on the cluster for a reason that is not the method's."""
+
+
+# ------------------------------------------------------------------------------- plugins
+@dataclass
+class Shipment:
+    """What the workers import to rebuild the driver's harness: module names, in registration order,
+    and the local folders Ray ships with the job (``py_modules``)."""
+    modules: list[str] = field(default_factory=list)
+    py_modules: list[str] = field(default_factory=list)
+    folder: Path | None = None        # the throw-away package of copied plugin files
+
+
+def _installed(path: Path) -> bool:
+    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    return any(Path(r) in path.parents for r in roots)
+
+
+def ship_plugins(plugin_modules: list[Any], named: list[str]) -> Shipment:
+    """``plugin_modules``: the plugin objects pytest registered (conftest and -p modules with clharness
+    hooks); ``named``: the --clh-plugin specs. Files that are not installed packages are copied into
+    one package shipped with the job; installed ones travel by name (they must be installed there too)."""
+    from .plugins import import_plugin
+    shipment = Shipment()
+    modules = list(plugin_modules) + [import_plugin(spec) for spec in named]
+    seen = set()
+    for module in modules:
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        name = getattr(module, "__name__", None)
+        where = getattr(module, "__file__", None)
+        if name is None or not isinstance(name, str) or not hasattr(module, "__spec__"):
+            raise RayBackendError(f"clharness plugin {module!r} is not a module; --clh-ray ships plugin modules "
+                                  "(conftest.py, -p/--clh-plugin files) to the workers, not objects")
+        path = Path(where).resolve() if where else None
+        if path is None or _installed(path):
+            shipment.modules.append(name)   # installed: the workers import it by name
+            continue
+        if path.name == "__init__.py":      # a local package: shipped as it is, imported by its name
+            shipment.py_modules.append(str(path.parent))
+            shipment.modules.append(name)
+            continue
+        if shipment.folder is None:
+            shipment.folder = Path(tempfile.mkdtemp(prefix="clh-ship-")) / f"clh_shipped_{uuid.uuid4().hex[:12]}"
+            shipment.folder.mkdir()
+            (shipment.folder / "__init__.py").write_text('"""Plugin files of one clharness session."""\n')
+            shipment.py_modules.append(str(shipment.folder))
+        stem = f"p{len(shipment.modules)}_{path.stem.replace('-', '_')}"
+        shutil.copyfile(path, shipment.folder / f"{stem}.py")
+        shipment.modules.append(f"{shipment.folder.name}.{stem}")
+    return shipment
+
+
+_HARNESSES: dict[tuple[str, ...], Any] = {}   # per worker process: one harness per plugin set
+
+
+def worker_harness(modules: tuple[str, ...], case_id: str):
+    """The harness on a worker: the built-ins, the installed entry points and the shipped plugins."""
+    if modules not in _HARNESSES:
+        import importlib
+
+        from .plugins import Harness
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except ImportError as exc:
+                raise RayBackendError(
+                    f"clharness plugin module {name!r} cannot be imported on Ray node {_node()} (case {case_id}): "
+                    f"{exc}. Install the plugin's package on every node of the cluster (pip install ...), or "
+                    "give it as a .py file (-p path/to/file.py) so that it travels with the job") from None
+        _HARNESSES[modules] = Harness(plugins=modules)
+    return _HARNESSES[modules]
+
+
+def _node() -> str:
+    try:
+        return ray.util.get_node_ip_address()
+    except Exception:   # outside a Ray worker (unit tests): the host name is the node
+        import socket
+        return socket.gethostname()
+
+
+# ------------------------------------------------------------------------------- the task
+def run_remote(case, modules: tuple[str, ...], device: str, data_root: str | None, download: bool) -> str:
+    """One case on a worker; returns its record as JSON (the driver stores it)."""
+    from .runner import pick_device, run_case
+    if data_root and not Path(data_root).is_dir():
+        raise RayBackendError(f"--clh-data-root {data_root} does not exist on Ray node {_node()} (case {case.id}); "
+                              "the data root must exist, at the same path, on every node")
+    harness = worker_harness(modules, case.id)
+    record = run_case(case, harness, pick_device(device), Path(data_root) if data_root else None, download)
+    return record.to_json()
+
+
+def run_function(fn: Callable, *args, **kwargs):
+    """Any picklable call as a Ray task of this session's resources (used by the multi-run protocols)."""
+    return fn(*args, **kwargs)
+
+
+_remote_case = ray.remote(run_remote)
+_remote_call = ray.remote(run_function)
+
+
+# ------------------------------------------------------------------------------- the driver
+def init(address: str) -> bool:
+    """``local``: a Ray runtime on this machine (its CPUs, or $CLH_RAY_NUM_CPUS); ``auto``: the
+    cluster ``ray start`` made (RAY_ADDRESS); ``ray://host:port``: Ray Client. Returns whether this
+    call connected (False: the process already had Ray initialised, and keeps it after the session)."""
+    if ray.is_initialized():
+        return False
+    common = dict(log_to_driver=False, logging_level="ERROR", include_dashboard=False)
+    if address == "local":
+        cpus = os.environ.get("CLH_RAY_NUM_CPUS")
+        ray.init(num_cpus=int(cpus) if cpus else None, **common)
+    elif address == "auto" or address.startswith("ray://") or ":" in address:
+        common.pop("include_dashboard")
+        ray.init(address=address, **common)
+    else:
+        raise ValueError(f"--clh-ray {address!r}: give local, auto or ray://HOST:PORT")
+    return True
+
+
+@dataclass
+class Pending:
+    ref: Any
+    case: Any
+    amend: Callable | None
+
+
+class RayRunner:
+    """Submits cases, hands their records back in whatever order the items ask, cancels the rest."""
+
+    def __init__(self, shipment: Shipment, device: str, data_root: str | None, download: bool,
+                 cpus_per_run: float | None, gpus_per_run: float | None,
+                 suite_resources: dict[tuple[str, str], dict] | None = None):
+        self.shipment = shipment
+        self.suite_resources = suite_resources if suite_resources is not None else {}
+        self.device, self.download = device, download
+        self.data_root = str(Path(data_root).resolve()) if data_root else None
+        self.cpus, self.gpus = cpus_per_run, gpus_per_run
+        self.pending: dict[str, Pending] = {}
+        self.submitted = 0
+
+    def runtime_env(self) -> dict:
+        """The shipped plugin folders, per task (so a Ray this process had already joined works too)."""
+        return {"runtime_env": {"py_modules": self.shipment.py_modules}} if self.shipment.py_modules else {}
+
+    def resources(self, case) -> dict[str, float]:
+        """--clh-cpus/gpus-per-run, else the scenario's ``cpus_per_run``/``gpus_per_run``, else 1 CPU.
+        Phase runs (GTEP ``name:tune-c3``, CLDyB ``name/cc``) take their scenario's."""
+        base = case.scenario.name.split(":")[0].split("/")[0]
+        options = self.suite_resources.get((case.suite, base), {})
+        cpus = self.cpus if self.cpus is not None else options.get("cpus_per_run", 1)
+        gpus = self.gpus if self.gpus is not None else options.get("gpus_per_run", 0)
+        return {"num_cpus": float(cpus), "num_gpus": float(gpus)}
+
+    def submit(self, key: str, case, amend: Callable | None = None) -> None:
+        if key in self.pending:
+            return
+        ref = _remote_case.options(max_retries=MAX_RETRIES, retry_exceptions=False, **self.resources(case),
+                                   **self.runtime_env()).remote(
+            case, tuple(self.shipment.modules), self.device, self.data_root, self.download)
+        self.pending[key] = Pending(ref, case, amend)
+        self.submitted += 1
+
+    def call(self, fn: Callable, *args, resources: dict | None = None, **kwargs):
+        """An arbitrary call as a task with the case resources (e.g. CLDyB look-ahead rollouts)."""
+        options = resources or {"num_cpus": float(self.cpus or 1), "num_gpus": float(self.gpus or 0)}
+        return _remote_call.options(max_retries=MAX_RETRIES, retry_exceptions=False, **options,
+                                    **self.runtime_env()).remote(
+            fn, *args, **kwargs)
+
+    def result(self, key: str, case) -> RunRecord:
+        """The case's record: waits for its task (submitting it first when it was not pre-submitted)."""
+        self.submit(key, case)
+        pending = self.pending.pop(key)
+        try:
+            return RunRecord.from_json(ray.get(pending.ref))
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(getattr(exc, "cause", None), RayBackendError):
+                raise RayBackendError(_last_line(exc.cause)) from None
+            raise
+
+    def finished(self) -> list[tuple[str, RunRecord, Callable | None]]:
+        """Records whose tasks already returned but whose items never asked (-x, Ctrl-C)."""
+        if not self.pending:
+            return []
+        refs = [p.ref for p in self.pending.values()]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        ready = set(ready)
+        out = []
+        for key, p in list(self.pending.items()):
+            if p.ref in ready:
+                try:
+                    out.append((key, RunRecord.from_json(ray.get(p.ref)), p.amend))
+                except Exception:   # a task that ended in an error has no record to keep
+                    continue
+                finally:
+                    self.pending.pop(key)
+        return out
+
+    def cancel_all(self) -> None:
+        for p in self.pending.values():
+            ray.cancel(p.ref, force=True)
+        self.pending.clear()
+
+
+def _last_line(exc: BaseException) -> str:
+    text = str(exc)
+    for line in reversed(text.splitlines()):
+        if "RayBackendError" in line or line.startswith("clharness") or "--clh-data-root" in line:
+            return line.split("RayBackendError: ", 1)[-1]
+    return text
+
+
+# ------------------------------------------------------------------------------- pytest
+class RayPlugin:
+    """Registered by the clharness pytest plugin when --clh-ray is given."""
+
+    def __init__(self, clh):
+        self.clh = clh
+        self.runner: RayRunner | None = None
+        self.connected = False   # this session started or joined Ray (and so leaves it at the end)
+
+    def start(self) -> RayRunner:
+        if self.runner is None:
+            config = self.clh.config
+            shipment = ship_plugins([p for p, _ in self.clh._plugins], config.getoption("clh_plugin"))
+            try:
+                self.connected = init(config.getoption("clh_ray"))
+            except ValueError as exc:
+                import pytest
+                raise pytest.UsageError(str(exc)) from None
+            self.runner = RayRunner(shipment, config.getoption("clh_device"), config.getoption("clh_data_root"),
+                                    config.getoption("clh_download"), config.getoption("clh_cpus_per_run"),
+                                    config.getoption("clh_gpus_per_run"), self.clh.resources)
+        return self.runner
+
+    def result(self, key: str, case) -> RunRecord:
+        """The record of ``case`` for its pytest item; a setup problem on the cluster fails the item."""
+        import pytest
+        try:
+            record = self.start().result(key, case)
+        except RayBackendError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        if record.key != key:   # a worker with other library versions hashes the case differently
+            pytest.fail(f"{case.id}: the Ray worker computed record key {record.key}, the driver {key}: the "
+                        f"worker's library versions differ ({record.versions}); install the same versions on "
+                        "every node", pytrace=False)
+        return record
+
+    def pytest_collection_finish(self, session) -> None:
+        from .pytest_plugin import CaseItem
+        items = [i for i in session.items if isinstance(i, CaseItem) and getattr(i, "search_key", None) is None]
+        if not items:
+            return
+        runner = self.start()
+        fresh = session.config.getoption("clh_fresh")
+        for item in items:   # collection order: Ray starts them roughly in the order the items wait
+            if fresh or self.clh.store.reusable(item.case_key) is None:
+                runner.submit(item.case_key, item.case, getattr(item, "amend", None))
+
+    def pytest_sessionfinish(self, session, exitstatus) -> None:
+        """Keep every record that came back, cancel the rest (-x, Ctrl-C, or items that never ran)."""
+        if self.runner is None:
+            return
+        for key, record, amend in self.runner.finished():
+            if amend is not None:
+                amend(record)
+            record.session = self.clh.session_id
+            self.clh.store.put(record)
+            self.clh.harness.run_finished(record)
+        self.runner.cancel_all()
+
+    def pytest_unconfigure(self, config) -> None:
+        if self.connected and ray.is_initialized():
+            ray.shutdown()
+        if self.runner is not None and self.runner.shipment.folder is not None:
+            shutil.rmtree(self.runner.shipment.folder.parent, ignore_errors=True)
