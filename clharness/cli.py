@@ -66,7 +66,17 @@ def main(argv: list[str] | None = None) -> int:
                     "(STF) stream: relative class frequency per chunk (figure 2) and the frequency of the most "
                     "prevalent class (figure 4), to a PNG."))
 
+    init = sub.add_parser("init", help="scaffold a method plugin package: method, suite with gates, tests, CI workflow",
+                          description="Creates the folder NAME: pyproject.toml (entry point `clharness`), "
+                                      "NAME/method.py (README's example), NAME/suites/NAME.toml (gates against "
+                                      "finetune and er), tests/ (the suite with --clh-quick) and "
+                                      ".github/workflows/clharness.yml (pytest; scorecard and report as artifacts).")
+    init.add_argument("name", metavar="NAME", help="method name = package import name (a Python identifier)")
+    init.add_argument("--dir", default=".", metavar="PARENT", help="create NAME inside PARENT (default: .)")
+
     args = parser.parse_args(argv)
+    if args.command == "init":
+        return init_package(args)
     if args.command == "stream-plot":
         from .stream_plots import run as stream_plot
         return stream_plot(args)
@@ -184,6 +194,17 @@ def report_results(args: argparse.Namespace) -> int:
     except (ReportError, StoreError, OSError, RegistryError) as exc:
         print(f"clharness report: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def init_package(args: argparse.Namespace) -> int:
+    from .scaffold import ScaffoldError, scaffold
+    try:
+        root = scaffold(args.name, args.dir)
+    except (ScaffoldError, OSError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(f"created {root}: cd {root} && python -m pip install -e '.[test]' && python -m pytest")
     return 0
 
 

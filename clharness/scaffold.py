@@ -1,0 +1,252 @@
+"""``clharness init NAME``: a method plugin package with a suite, tests and a CI workflow.
+
+The method file is README's "Write a method" example (``METHOD_TEMPLATE``, kept identical to
+README by tests/test_scaffold.py) with its names replaced. The package registers itself through
+the ``clharness`` entry-point group; its suite runs the quickstart's scenario with gates against
+``finetune`` and ``er``; its test runs that suite with ``--clh-quick`` in a pytest subprocess,
+writing the scorecard JSON that the workflow uploads with the HTML report.
+"""
+from __future__ import annotations
+
+import importlib.util
+import keyword
+import re
+from pathlib import Path
+
+# README.md, "Write a method", verbatim; render_method() renames `my_method.py`, `Mine` and "mine".
+METHOD_TEMPLATE = '''\
+# my_method.py
+import torch, torch.nn.functional as F
+import clharness as clh
+
+class Mine(clh.Method):
+    name = "mine"
+    settings = {clh.Setting.CLASS_IL, clh.Setting.TASK_IL}
+    hparams = {"lr": clh.Float(1e-4, 1.0, default=0.05, log=True)}
+
+    def __init__(self, context, **hp):
+        super().__init__(context, **hp)                  # validates hp into self.hp
+        self.model = context.make_classifier()            # suite's backbone + head over all classes
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=self.hp["lr"])
+
+    def learn(self, experience):                          # one task: train data only
+        self.model.train()
+        for x, y in experience.batches(epochs=self.context.epochs):
+            self.opt.zero_grad(); F.cross_entropy(self.model(x), y).backward(); self.opt.step()
+
+    def predict(self, x, task_id=None):                   # logits over global class ids
+        self.model.eval()
+        return self.model(x)
+
+@clh.hookimpl
+def clharness_add_methods(registry):
+    registry.add(Mine)
+'''
+
+PLUGIN = '''\
+"""The clharness plugin of {name}: its method and its suite (entry point `clharness`)."""
+from pathlib import Path
+
+import clharness as clh
+
+from .method import clharness_add_methods  # noqa: F401  (the method's hook, registered with this module)
+
+
+@clh.hookimpl
+def clharness_add_suites(registry):
+    for path in sorted((Path(__file__).parent / "suites").glob("*.toml")):
+        registry.add(path.stem, path)
+'''
+
+PYPROJECT = '''\
+[build-system]
+requires = ["setuptools>=69"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{dist}"
+version = "0.1.0"
+description = "The {name} continual-learning method, benchmarked with clharness"
+requires-python = ">=3.10"
+dependencies = ["clharness"]
+
+[project.optional-dependencies]
+test = ["pytest>=8"]
+
+[project.entry-points.clharness]
+{name} = "{name}.plugin"
+
+[tool.setuptools]
+packages = ["{name}"]
+
+[tool.setuptools.package-data]
+{name} = ["suites/*.toml"]
+
+[tool.pytest.ini_options]
+testpaths = ["tests"]
+'''
+
+SUITE = '''\
+# {name} on the quickstart's scenario (class-incremental Split-Digits, scikit-learn's bundled
+# digits, CPU), beside fine-tuning (the floor) and experience replay (the usual bar).
+# The gates are what CI fails on: raise them as {name} improves, e.g.
+#   "{name}: final_acc beats er by 0.02 welch 0.05"
+gates = [
+    "{name}: final_acc beats finetune by -0.05",   # no worse than fine-tuning
+    "{name}: final_acc within 0.6 of er",           # the gap to replay (tighten it as {name} improves)
+    "er: final_acc beats finetune by 0.1",          # the benchmark itself is sane
+]
+
+[suite]
+name = "{name}"
+description = "{name} vs finetune and er on class-incremental Split-Digits (sklearn digits), MLP, CPU"
+seeds = 3
+methods = ["{name}", "finetune", "er"]
+
+[defaults]
+dataset = "digits"
+backbone = "mlp"
+epochs = 5
+batch_size = 32
+memory_size = 200
+
+[[scenario]]
+name = "ci-5x2"
+setting = "class-incremental"
+tasks = 5
+
+[quick]
+epochs = 1
+'''
+
+TEST = '''\
+"""Runs the {name} suite with --clh-quick in a pytest subprocess: a failed case or gate fails this
+test. The scorecard JSON and the results store land in $CLH_ARTIFACTS (CI uploads them)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_{name}_suite_passes_its_gates(tmp_path):
+    out = Path(os.environ.get("CLH_ARTIFACTS", tmp_path)).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--clh-plugin", "{name}.plugin",
+         "--clh-suite", "{name}", "--clh-quick", "--clh-device", "cpu",
+         "--clh-results", str(out / "results.sqlite"), "--clh-scorecard", str(out / "scorecard.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads((out / "scorecard.json").read_text())["summary"]
+    assert {{"{name}", "finetune", "er"}} <= {{row["method"] for row in rows}}
+'''
+
+WORKFLOW = '''\
+# Runs {name}'s tests (its suite with --clh-quick); a failed gate fails the job.
+# The scorecard JSON and the HTML report are uploaded as artifacts, pass or fail.
+name: clharness
+on: [push, pull_request]
+
+jobs:
+  benchmark:
+    runs-on: ubuntu-latest
+    env:
+      CLH_ARTIFACTS: clharness-artifacts
+    steps:
+      - uses: actions/checkout@v4
+      - uses: actions/setup-python@v5
+        with:
+          python-version: "3.11"
+      - name: Install
+        run: |
+          python -m pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu
+          python -m pip install -e ".[test]"
+      - name: Tests and gates
+        run: python -m pytest -v
+      - name: HTML report
+        if: always()
+        run: clharness report "$CLH_ARTIFACTS/results.sqlite" --html "$CLH_ARTIFACTS/report.html"
+      - name: Upload the scorecard
+        if: always()
+        uses: actions/upload-artifact@v4
+        with:
+          name: clharness-scorecard
+          path: clharness-artifacts/scorecard.json
+      - name: Upload the report
+        if: always()
+        uses: actions/upload-artifact@v4
+        with:
+          name: clharness-report
+          path: clharness-artifacts/report.html
+'''
+
+README = '''\
+# {name}
+
+A continual-learning method packaged as a [clharness](https://pypi.org/project/clharness/) plugin.
+
+```bash
+python -m pip install -e ".[test]"
+python -m pytest                                   # the {name} suite, quick budgets, with its gates
+pytest --clh-suite {name} --clh-scorecard s.json   # full budgets
+clharness report .clharness/results.sqlite --html report.html
+```
+
+The method is `{name}/method.py`; the suite and its gates are `{name}/suites/{name}.toml`;
+CI (`.github/workflows/clharness.yml`) fails on a gate and uploads the scorecard and the report.
+'''
+
+
+class ScaffoldError(ValueError):
+    """A NAME or a target folder that ``clharness init`` cannot use."""
+
+
+def class_name(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_") if part) or "Method"
+
+
+def render_method(name: str) -> str:
+    text = METHOD_TEMPLATE.replace("# my_method.py", f"# {name}/method.py", 1)
+    text = re.sub(r"\bMine\b", class_name(name), text)
+    return text.replace('name = "mine"', f'name = "{name}"', 1)
+
+
+def check_name(name: str) -> None:
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise ScaffoldError(f"clharness init: {name!r} is not a valid Python identifier; the name is the method's "
+                            "registry key and the package's import name (use letters, digits and _, e.g. my_method)")
+    if importlib.util.find_spec(name) is not None:
+        raise ScaffoldError(f"clharness init: a module named {name!r} is already importable here; the new "
+                            "package would shadow it or be shadowed. Pick another name")
+
+
+def files(name: str) -> dict[str, str]:
+    """Relative path -> content of the package for ``name``."""
+    fill = {"name": name, "dist": f"clharness-{name.replace('_', '-')}"}
+    return {
+        "pyproject.toml": PYPROJECT.format(**fill),
+        "README.md": README.format(**fill),
+        f"{name}/__init__.py": f'"""{name}: a continual-learning method (clharness plugin in {name}.plugin)."""\n',
+        f"{name}/method.py": render_method(name),
+        f"{name}/plugin.py": PLUGIN.format(**fill),
+        f"{name}/suites/{name}.toml": SUITE.format(**fill),
+        f"tests/test_{name}.py": TEST.format(**fill),
+        ".github/workflows/clharness.yml": WORKFLOW.format(**fill),
+    }
+
+
+def scaffold(name: str, parent: Path | str = ".") -> Path:
+    """Write the package ``parent/name`` and return its folder."""
+    check_name(name)
+    root = Path(parent) / name
+    if root.exists():
+        raise ScaffoldError(f"clharness init: {root} already exists; remove it or give another NAME "
+                            "(or --dir PARENT to create it elsewhere)")
+    for rel, text in files(name).items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
