@@ -101,7 +101,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("tests/test_gtep.py::test_gtep_summary_and_table_hold_the_hand_computed_values",)),
     Mutation("gtep-select-worst", "clharness/gtep.py",
              "best = max(finite.values())", "best = min(finite.values())",
-             ("tests/test_gtep.py::test_select_best_is_the_highest_mean_harmonic_mean_and_skips_diverged_configs",)),
+             ("tests/test_gtep.py::test_select_best_is_the_highest_mean_harmonic_mean_and_skips_diverged_configs",
+              "tests/test_gtep.py::test_gtep_summary_and_table_hold_the_hand_computed_values")),
     # CLDyB sampling
     Mutation("cldyb-most-similar-picks-least", "clharness/cldyb/sampling.py",
              "return psi[t][:, :, prev].mean(dim=(1, 2)).cpu().numpy()",
@@ -120,7 +121,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # results store and the plugin's reuse logic
     Mutation("failed-runs-reused", "clharness/results.py",
              'REUSABLE = ("passed", "diverged", "not-applicable")', 'REUSABLE = ("passed", "diverged", "not-applicable", "failed")',
-             ("tests/test_gates.py::test_k_selects_gates_which_judge_stored_records",)),
+             ("tests/test_pytest_plugin.py::test_a_failed_stored_run_is_run_again_not_reused",)),
     Mutation("fresh-ignored", "clharness/pytest_plugin.py",
              '    if not config.getoption("clh_fresh"):\n        record = clh.store.reusable(',
              '    if True:\n        record = clh.store.reusable(',

@@ -217,3 +217,11 @@ def test_cuda_device_without_cuda_fails_up_front_even_when_every_run_is_stored(r
     result = run(*args, "--clh-device", "cuda")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--clh-device cuda asked for CUDA, but torch sees no CUDA device*"])
+
+
+def test_a_failed_stored_run_is_run_again_not_reused(run):
+    args = ("mini.toml", "--clh-method", "raiser", "-k", "ci and seed0")
+    run(*args).assert_outcomes(failed=1)
+    again = run(*args)
+    again.assert_outcomes(failed=1)
+    assert "clharness: 1 runs, 0 reused" in again.stdout.str()   # only passed/diverged/N-A runs are reused
