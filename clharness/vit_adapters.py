@@ -10,6 +10,7 @@ model's own blocks so its weights stay shared (the prompt counterpart is ``vit_p
 - ``AdaptedViT``: the [CLS] feature of the frozen ViT with one fixed set of adapters and/or VPT
   prompt tokens, an ``out_dim`` feature extractor that ``FrozenFeatures`` can cache once trained;
 - ``layer_range``: a method's "first-last" block range hyperparameter, checked against the depth.
+- ``SSFViT``: the ViT tuned by scaling and shifting its features (SSF) after each operation.
 """
 from __future__ import annotations
 
@@ -133,3 +134,54 @@ class CosineClassifier(nn.Module):
 
     def forward(self, f: torch.Tensor) -> torch.Tensor:
         return self.sigma * F.normalize(f, dim=1) @ F.normalize(self.weight, dim=1).T
+
+
+class ScaleShift(nn.Module):
+    """SSF's y = γ ⊙ x + β over the last dimension, γ ~ N(1, 0.02²), β ~ N(0, 0.02²) (the code's init)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.scale = nn.Parameter(torch.empty(dim).normal_(1.0, 0.02))
+        self.shift = nn.Parameter(torch.empty(dim).normal_(0.0, 0.02))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale + self.shift
+
+
+class SSFViT(nn.Module):
+    """Features of a (shared, frozen) ViT tuned by Scaling and Shifting its Features (SSF, Lian et
+    al. 2022): a learnable ScaleShift after the patch embedding, after every block's norm1, qkv,
+    attention projection, norm2, fc1 and fc2, and after the final norm (the SSF ViT of the
+    APER/PILOT code; there the patch-embedding SSF sits after the projection, here after the whole
+    embedding, the same when the embedding has no norm)."""
+
+    def __init__(self, vit: nn.Module):
+        super().__init__()
+        self.vit = vit
+        dim = vit.embed_dim
+        self.patch = ScaleShift(dim)
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict({"norm1": ScaleShift(dim), "qkv": ScaleShift(3 * dim), "proj": ScaleShift(dim),
+                           "norm2": ScaleShift(dim), "fc1": ScaleShift(b.mlp.fc1.out_features),
+                           "fc2": ScaleShift(dim)}) for b in vit.blocks)
+        self.norm = ScaleShift(dim)
+        self.out_dim = dim
+
+    @staticmethod
+    def _attention(attn: nn.Module, x: torch.Tensor, ssf: nn.ModuleDict) -> torch.Tensor:
+        B, N, C = x.shape
+        q, k, v = ssf["qkv"](attn.qkv(x)).reshape(B, N, 3, attn.num_heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = attn.q_norm(q), attn.k_norm(k)
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=attn.attn_drop.p if attn.training else 0.0)
+        out = getattr(attn, "norm", nn.Identity())(out.transpose(1, 2).reshape(B, N, -1))
+        return attn.proj_drop(ssf["proj"](attn.proj(out)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        vit = self.vit
+        tokens = vit.norm_pre(vit.patch_drop(vit._pos_embed(self.patch(vit.patch_embed(x)))))
+        for block, ssf in zip(vit.blocks, self.blocks):
+            tokens = tokens + block.drop_path1(block.ls1(self._attention(block.attn, ssf["norm1"](block.norm1(tokens)), ssf)))
+            mlp = block.mlp
+            h = mlp.norm(mlp.drop1(mlp.act(ssf["fc1"](mlp.fc1(ssf["norm2"](block.norm2(tokens)))))))
+            tokens = tokens + block.drop_path2(block.ls2(mlp.drop2(ssf["fc2"](mlp.fc2(h)))))
+        return vit.forward_head(self.norm(vit.norm(tokens)), pre_logits=True)

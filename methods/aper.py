@@ -7,7 +7,8 @@ pre-trained models: generalizability and adaptivity are all you need"; ADAM in t
    0.1, dropout 0.1, zero-initialised up-projection, the backbone itself frozen);
    "finetune": every weight of a private copy of the backbone;
    "vpt_deep" / "vpt_shallow": ``prompt_token_num`` = 5 learnable prompt tokens before every block
-   (deep) or at the input only (shallow), zero-initialised as in the code.
+   (deep) or at the input only (shallow), zero-initialised as in the code;
+   "ssf": a learnable scale and shift after every operation of the ViT (``vit_adapters.SSFViT``).
 2. Merge (sec. 5.2): every image is represented by the concatenation
    [φ*(x), φ(x)] of the frozen pretrained model's and the adapted model's features, and the
    classifier is SimpleCIL's prototype classifier on it: the prototype of class i is the mean of
@@ -16,7 +17,7 @@ Both branches are frozen after task 1, so their features come from caches (Froze
 per branch. Defaults are LAMDA-PILOT's ``aper_aperpter.json``: SGD, momentum 0.9, lr 0.01, weight
 decay 5e-4, cosine schedule.
 
-Deliberate differences: SSF (scale-and-shift) is not offered; the cosine schedule anneals per epoch
+Deliberate differences: the cosine schedule anneals per epoch
 to 0 (PILOT: CosineAnnealingLR to min_lr 0, the same); the adaptation runs ``context.epochs``
 epochs (PILOT's tuned_epoch is 20); VPT prompts are inserted after [CLS] rather than appended
 (the position does not change a transformer without position embeddings on them)."""
@@ -29,10 +30,10 @@ from torch import nn
 import clharness as clh
 from clharness.feature_cache import FrozenFeatures
 from clharness.training import NEG, TaskLabels, Trainer, optimizer_space
-from clharness.vit_adapters import AdaptedViT, CosineClassifier, adapter_set
+from clharness.vit_adapters import AdaptedViT, CosineClassifier, SSFViT, adapter_set
 from clharness.vit_prompts import vit_of
 
-PEFT = ["adapter", "finetune", "vpt_deep", "vpt_shallow"]
+PEFT = ["adapter", "finetune", "vpt_deep", "vpt_shallow", "ssf"]
 
 
 class APER(clh.Method):
@@ -62,6 +63,8 @@ class APER(clh.Method):
             # a private copy: clones and the frozen branch share the pretrained backbone
             return copy.deepcopy(self.frozen.backbone).requires_grad_(True).train()
         vit = vit_of(self.frozen, self.name)
+        if kind == "ssf":
+            return SSFViT(vit).to(self.context.device).train()
         if kind == "adapter":
             adapters = adapter_set(len(vit.blocks), vit.embed_dim, self.hp["ffn_num"], scale=0.1, dropout=0.1)
             return AdaptedViT(vit, adapters.to(self.context.device)).train()

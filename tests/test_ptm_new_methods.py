@@ -101,6 +101,29 @@ def test_aper_finetune_and_vpt_variants_adapt_a_private_model(data):
     moved = [k for k, v in tuned.adapted.backbone.state_dict().items()
              if not torch.equal(v, tuned.frozen.backbone.state_dict()[k])]
     assert len(moved) > 10                                               # every weight could move
+    # SSF: with scales 1 and shifts 0 the tuned forward is the frozen ViT's; the first session moves them
+    from clharness.vit_adapters import SSFViT
+    vit = tuned.frozen.backbone.model
+    ssf = SSFViT(vit)
+    with torch.no_grad():
+        for ss in ssf.modules():
+            if hasattr(ss, "shift"):
+                ss.scale.fill_(1.0)
+                ss.shift.zero_()
+    xs = next(data[2][0].batches(4, shuffle=False))[0]
+    torch.testing.assert_close(ssf.eval()(xs), tuned.frozen.backbone(xs), rtol=1e-4, atol=1e-4)
+    scaled = METHODS["aper"](context(epochs=1), adapter="ssf")
+    rng = torch.get_rng_state()                        # the SSF parameters are drawn first when learning
+    scaled.learn(exps[0])
+    torch.set_rng_state(rng)
+    initial = SSFViT(scaled.frozen.backbone.model)
+    trained = scaled.adapted.backbone
+    assert trained.vit is scaled.frozen.backbone.model                  # the pretrained ViT is shared
+    own = lambda m: [p for n, p in m.named_parameters() if not n.startswith("vit.")]   # noqa: E731
+    pairs = list(zip(own(initial), own(trained)))
+    assert len(pairs) == 2 * (1 + 6 * 2 + 1)
+    moves = [float((a - b).detach().abs().max()) for a, b in pairs]
+    assert all(0 < m < 0.01 for m in moves), moves                     # trained, from that start
     for kind, shape in (("vpt_deep", (2, 3, 192)), ("vpt_shallow", (1, 3, 192))):
         vpt = METHODS["aper"](context(epochs=1), adapter=kind, prompt_token_num=3)
         vpt.learn(exps[0])
