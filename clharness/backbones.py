@@ -340,6 +340,23 @@ def resnet34(input_shape, pretrained: bool = False, **options) -> TimmBackbone:
     return timm_backbone(input_shape, model="resnet34", pretrained=pretrained, **options)
 
 
+def vit_b16_in21k(input_shape, pretrained: bool = True, model: str = "vit_base_patch16_224.augreg_in21k",
+                  **options) -> TimmBackbone:
+    """ViT-B/16 pretrained supervised on ImageNet-21K (timm's augreg weights), the "Sup-21K" backbone
+    of the PTM continual-learning papers (L2P, DualPrompt, SLCA, RanPAC, APER, EASE). Pretrained by
+    default: the weights come from ``checkpoint = "PATH"`` or timm's local cache (else --clh-download).
+    ``model`` names another timm model with the same treatment (tests use a tiny one)."""
+    return timm_backbone(input_shape, model=model, pretrained=pretrained, **options)
+
+
+def vit_b16_clip(input_shape, pretrained: bool = True, model: str = "vit_base_patch16_clip_224.openai",
+                 **options) -> TimmBackbone:
+    """CLIP ViT-B/16 image encoder (OpenAI weights through timm; CLDyB fig. 11), its 768-d pooled
+    [CLS] feature before CLIP's projection. Pretrained by default, weights as for ``vit-b16-in21k``.
+    CLIP was trained on inputs normalised with its own mean/std; the suite's normalisation is kept."""
+    return timm_backbone(input_shape, model=model, pretrained=pretrained, **options)
+
+
 BUILTIN_BACKBONES = {
     "mlp": MLP,
     "cnn": CNN,
@@ -349,4 +366,6 @@ BUILTIN_BACKBONES = {
     "wide-vgg9": wide_vgg9,
     "efficientnet-b1": efficientnet_b1,
     "resnet34": resnet34,
+    "vit-b16-in21k": vit_b16_in21k,
+    "vit-b16-clip": vit_b16_clip,
 }
