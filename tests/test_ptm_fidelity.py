@@ -5,7 +5,8 @@ import copy
 import pytest
 import torch
 
-from test_ptm_methods import METHODS, PROMPTED, context, data, experiences, pretrained  # noqa: F401
+from test_ptm_methods import (METHODS, PROMPTED, accuracy, context, data, experiences,  # noqa: F401
+                              fresh_feature_pool, pretrained, tiny_vit)
 
 
 def test_ranpac_gram_is_shared_by_clones_until_one_side_updates(data):
@@ -132,3 +133,37 @@ def test_dualprompt_new_e_prompt_starts_from_the_previous_tasks(data):
     method.learn(exps[1])
     assert torch.equal(method.e_prompts[1], first) and torch.equal(method.e_prompts[0], first)
     assert not torch.equal(method.e_keys[1], method.e_keys[0])   # the key starts afresh (no shared key)
+
+
+def test_frozen_backbone_methods_share_one_backbone_pass_per_image(data):
+    """SimpleCIL and RanPAC (no phase 1) on the same frozen weights: one forward per image for
+    both, none at all when a finished method is run again; other weights get their own pass."""
+    images = []
+
+    def counted(**extra):
+        backbone = tiny_vit(**extra)
+        backbone.register_forward_hook(lambda m, i, o: images.append(len(i[0])))
+        return backbone
+
+    def run(name, factory=counted, **hp):
+        method = METHODS[name](context(factory=factory), **hp)
+        for exp in experiences(data):
+            method.learn(exp)
+        return method
+
+    simple = run("simplecil")
+    assert sum(images) == 6 * 24                                # every training image once
+    ranpac = run("ranpac", projection_dim=64, adapter="none")
+    again = run("simplecil")                                    # a finished method run again
+    assert sum(images) == 6 * 24 and ranpac.frozen.backbone is simple.frozen.backbone
+    acc = [accuracy(m, data) for m in (simple, ranpac, again)]
+    assert sum(images) == 6 * 24 + 6 * 12 and acc[0] == acc[2]  # the test images once, for all three
+    assert simple.frozen.features.calls == len(images)          # the shared table counts every pass
+
+    def other_weights():
+        backbone = counted()
+        with torch.no_grad():
+            backbone.model.blocks[0].mlp.fc1.weight.add_(1e-3)
+        return backbone
+    run("simplecil", factory=other_weights)
+    assert sum(images) == 2 * 6 * 24 + 6 * 12                   # other weights: their own pass

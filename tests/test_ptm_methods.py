@@ -57,6 +57,15 @@ def pretrained():
     yield
 
 
+@pytest.fixture(autouse=True)
+def fresh_feature_pool():
+    """Every test starts with an empty shared feature pool (the counts below are per test)."""
+    from clharness.feature_cache import clear_shared
+    clear_shared()
+    yield
+    clear_shared()
+
+
 @pytest.fixture(scope="module")
 def data():
     """6 synthetic classes (3-channel 32x32 blobs), 3 tasks of 2 classes: experiences and test data."""
