@@ -329,6 +329,7 @@ def collect(node, suite, spec, methods, seeds):
             for s in range(S):
                 item = make_item(CaseItem, node, f"{spec.name}[{method}-tune-c{k}-t{s}]", _run_tune)
                 item.case, item.case_key = cases[k][s], case_key(cases[k][s], method_cls)
+                item.amend = phase_amend(cases[k][s])   # also for records kept by a remote runner at session end
                 tune_keys.setdefault(k, []).append(item.case_key)
                 yield item
         for s in range(S):
@@ -384,10 +385,14 @@ def _run_phase_case(request, case, divergence_expected: bool = False) -> None:
     configuration set. A diverged tuning trial is counted as NaN in selection (as the paper counts
     BEEF's), an expected outcome of random search, not a failure of the session."""
     from .pytest_plugin import run_stored_case
+    run_stored_case(request, case, phase_amend(case), divergence_expected)
 
+
+def phase_amend(case):
+    """The edit of a phase run's fresh record: its hparams also show the budgets its configuration set."""
     def budgets(record):
         record.hparams = {"epochs": case.scenario.epochs, "batch_size": case.scenario.batch_size, **record.hparams}
-    run_stored_case(request, case, budgets, divergence_expected)
+    return budgets
 
 
 # ----------------------------------------------------------------------------- scorecard section

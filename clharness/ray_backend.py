@@ -11,18 +11,16 @@ waiting for its own case's record, and the driver alone writes the store; so pro
 session (normal, -x or Ctrl-C) outstanding tasks are cancelled and every record that had already
 come back is stored, so a rerun trains only the rest.
 
-Plugins travel: ``conftest.py`` files and plugin files outside the installed packages are copied
-into one throw-away package that goes to the workers in the job's runtime environment
-(``py_modules``); installed plugins are imported by name on the workers, and a worker that cannot
-import one fails its case with an error naming the module, the case and the Ray node.
+Plugins travel: the sources of ``conftest.py`` files and plugin files outside the installed packages go
+to the object store once per session and become modules of every worker; local plugin packages go
+in the job's runtime environment (``py_modules``); installed plugins are imported by name on the
+workers, and a worker that cannot import one fails its case with an error naming the module, the case and the Ray node.
 """
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import sysconfig
-import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,12 +44,13 @@ class Shipment:
     """What the workers import to rebuild the driver's harness: module names, in registration order,
     and the local folders Ray ships with the job (``py_modules``)."""
     modules: list[str] = field(default_factory=list)
-    py_modules: list[str] = field(default_factory=list)
-    folder: Path | None = None        # the throw-away package of copied plugin files
+    aliases: dict[str, str] = field(default_factory=dict)   # shipped name -> the driver's module name
+    sources: dict[str, tuple[str, str]] = field(default_factory=dict)   # shipped name -> (source, file)
+    py_modules: list[str] = field(default_factory=list)       # local packages: the job's runtime_env
 
 
 def _installed(path: Path) -> bool:
-    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
     return any(Path(r) in path.parents for r in roots)
 
 
@@ -80,26 +79,35 @@ def ship_plugins(plugin_modules: list[Any], named: list[str]) -> Shipment:
             shipment.py_modules.append(str(path.parent))
             shipment.modules.append(name)
             continue
-        if shipment.folder is None:
-            shipment.folder = Path(tempfile.mkdtemp(prefix="clh-ship-")) / f"clh_shipped_{uuid.uuid4().hex[:12]}"
-            shipment.folder.mkdir()
-            (shipment.folder / "__init__.py").write_text('"""Plugin files of one clharness session."""\n')
-            shipment.py_modules.append(str(shipment.folder))
-        stem = f"p{len(shipment.modules)}_{path.stem.replace('-', '_')}"
-        shutil.copyfile(path, shipment.folder / f"{stem}.py")
-        shipment.modules.append(f"{shipment.folder.name}.{stem}")
+        shipped = f"clh_shipped_{len(shipment.modules)}_{uuid.uuid4().hex[:8]}_{path.stem.replace('-', '_')}"
+        shipment.sources[shipped] = (path.read_text(), str(path))
+        shipment.modules.append(shipped)
+        shipment.aliases[shipped] = name
     return shipment
 
 
 _HARNESSES: dict[tuple[str, ...], Any] = {}   # per worker process: one harness per plugin set
 
 
-def worker_harness(modules: tuple[str, ...], case_id: str):
+def load_sources(sources: dict[str, tuple[str, str]]) -> None:
+    """Plugin files sent by the driver become modules of this worker (once per process)."""
+    import types
+    for name, (source, filename) in sources.items():
+        if name not in sys.modules:
+            module = types.ModuleType(name)
+            module.__file__ = filename
+            sys.modules[name] = module
+            exec(compile(source, filename, "exec"), module.__dict__)
+
+
+def worker_harness(modules: tuple[str, ...], case_id: str, aliases: tuple[tuple[str, str], ...] = (),
+                   sources: dict[str, tuple[str, str]] | None = None):
     """The harness on a worker: the built-ins, the installed entry points and the shipped plugins."""
     if modules not in _HARNESSES:
         import importlib
 
         from .plugins import Harness
+        load_sources(sources or {})
         for name in modules:
             try:
                 importlib.import_module(name)
@@ -108,6 +116,8 @@ def worker_harness(modules: tuple[str, ...], case_id: str):
                     f"clharness plugin module {name!r} cannot be imported on Ray node {_node()} (case {case_id}): "
                     f"{exc}. Install the plugin's package on every node of the cluster (pip install ...), or "
                     "give it as a .py file (-p path/to/file.py) so that it travels with the job") from None
+        for shipped, original in aliases:   # objects pickled on the driver name the driver's module
+            sys.modules.setdefault(original, sys.modules[shipped])
         _HARNESSES[modules] = Harness(plugins=modules)
     return _HARNESSES[modules]
 
@@ -121,13 +131,14 @@ def _node() -> str:
 
 
 # ------------------------------------------------------------------------------- the task
-def run_remote(case, modules: tuple[str, ...], device: str, data_root: str | None, download: bool) -> str:
+def run_remote(case, modules: tuple[str, ...], device: str, data_root: str | None, download: bool,
+               aliases: tuple[tuple[str, str], ...] = (), sources: dict | None = None) -> str:
     """One case on a worker; returns its record as JSON (the driver stores it)."""
     from .runner import pick_device, run_case
     if data_root and not Path(data_root).is_dir():
         raise RayBackendError(f"--clh-data-root {data_root} does not exist on Ray node {_node()} (case {case.id}); "
                               "the data root must exist, at the same path, on every node")
-    harness = worker_harness(modules, case.id)
+    harness = worker_harness(modules, case.id, aliases, sources)
     record = run_case(case, harness, pick_device(device), Path(data_root) if data_root else None, download)
     return record.to_json()
 
@@ -137,26 +148,62 @@ def run_function(fn: Callable, *args, **kwargs):
     return fn(*args, **kwargs)
 
 
+def value_candidate(blob: bytes, tasks, names, modules: tuple[str, ...], aliases, sources) -> tuple[float, float]:
+    """CLDyB look-ahead on a worker: eq. 6 for one candidate from a pickled copy of the search's state.
+    Unpickled here, after the plugin modules are imported, so plugin methods' classes resolve."""
+    import cloudpickle
+    worker_harness(modules, "CLDyB look-ahead", aliases, sources)
+    return cloudpickle.loads(blob).value_candidate(tasks, names)
+
+
+def lookahead_fan_out(plugin: "RayPlugin") -> Callable:
+    """``Search.fan_out`` under --clh-ray: the state F^{t-1} (methods, pool, diagonals) goes to the object
+    store once per step; every candidate is valued by its own task; the values come back in candidate
+    order, so eq. 7 picks exactly what the serial search picks (the same arithmetic per candidate)."""
+    def fan_out(search, tasks):
+        import copy
+
+        import cloudpickle
+        runner = plugin.start()
+        light = copy.copy(search)
+        light.grow, light._val_cache, light.fan_out = None, {}, None   # no closures over the harness
+        blob = ray.put(cloudpickle.dumps(light))
+        modules, aliases = tuple(runner.shipment.modules), tuple(runner.shipment.aliases.items())
+        refs = [runner.call(value_candidate, blob, tasks, names, modules, aliases, runner.sources)
+                for names in tasks]
+        out = ray.get(refs)
+        return [v for v, _ in out], [r for _, r in out]
+    return fan_out
+
+
 _remote_case = ray.remote(run_remote)
 _remote_call = ray.remote(run_function)
 
 
 # ------------------------------------------------------------------------------- the driver
-def init(address: str) -> bool:
+def init(address: str, shipment: Shipment) -> bool:
     """``local``: a Ray runtime on this machine (its CPUs, or $CLH_RAY_NUM_CPUS); ``auto``: the
     cluster ``ray start`` made (RAY_ADDRESS); ``ray://host:port``: Ray Client. Returns whether this
     call connected (False: the process already had Ray initialised, and keeps it after the session)."""
     if ray.is_initialized():
+        if shipment.py_modules:
+            raise RayBackendError(f"plugin package(s) {shipment.py_modules} must travel in the job's runtime "
+                                  "environment, but this process had joined Ray before the session; let --clh-ray "
+                                  "connect, or install the package(s) on every node")
         return False
-    common = dict(log_to_driver=False, logging_level="ERROR", include_dashboard=False)
-    if address == "local":
-        cpus = os.environ.get("CLH_RAY_NUM_CPUS")
-        ray.init(num_cpus=int(cpus) if cpus else None, **common)
-    elif address == "auto" or address.startswith("ray://") or ":" in address:
-        common.pop("include_dashboard")
-        ray.init(address=address, **common)
-    else:
+    runtime_env = {"py_modules": shipment.py_modules} if shipment.py_modules else None
+    common = dict(log_to_driver=False, logging_level="ERROR", include_dashboard=False, runtime_env=runtime_env)
+    if address != "local" and not (address == "auto" or address.startswith("ray://") or ":" in address):
         raise ValueError(f"--clh-ray {address!r}: give local, auto or ray://HOST:PORT")
+    try:
+        if address == "local":
+            cpus = os.environ.get("CLH_RAY_NUM_CPUS")
+            ray.init(num_cpus=int(cpus) if cpus else None, **common)
+        else:
+            common.pop("include_dashboard")
+            ray.init(address=address, **common)
+    except (ConnectionError, RuntimeError, ray.exceptions.RayError) as exc:
+        raise RayBackendError(f"--clh-ray {address}: could not start or join Ray: {type(exc).__name__}: {exc}") from None
     return True
 
 
@@ -179,11 +226,8 @@ class RayRunner:
         self.data_root = str(Path(data_root).resolve()) if data_root else None
         self.cpus, self.gpus = cpus_per_run, gpus_per_run
         self.pending: dict[str, Pending] = {}
+        self.sources = ray.put(shipment.sources)   # the plugin files: in the object store once per session
         self.submitted = 0
-
-    def runtime_env(self) -> dict:
-        """The shipped plugin folders, per task (so a Ray this process had already joined works too)."""
-        return {"runtime_env": {"py_modules": self.shipment.py_modules}} if self.shipment.py_modules else {}
 
     def resources(self, case) -> dict[str, float]:
         """--clh-cpus/gpus-per-run, else the scenario's ``cpus_per_run``/``gpus_per_run``, else 1 CPU.
@@ -197,17 +241,16 @@ class RayRunner:
     def submit(self, key: str, case, amend: Callable | None = None) -> None:
         if key in self.pending:
             return
-        ref = _remote_case.options(max_retries=MAX_RETRIES, retry_exceptions=False, **self.resources(case),
-                                   **self.runtime_env()).remote(
-            case, tuple(self.shipment.modules), self.device, self.data_root, self.download)
+        ref = _remote_case.options(max_retries=MAX_RETRIES, retry_exceptions=False, **self.resources(case)).remote(
+            case, tuple(self.shipment.modules), self.device, self.data_root, self.download,
+            tuple(self.shipment.aliases.items()), self.sources)
         self.pending[key] = Pending(ref, case, amend)
         self.submitted += 1
 
     def call(self, fn: Callable, *args, resources: dict | None = None, **kwargs):
         """An arbitrary call as a task with the case resources (e.g. CLDyB look-ahead rollouts)."""
         options = resources or {"num_cpus": float(self.cpus or 1), "num_gpus": float(self.gpus or 0)}
-        return _remote_call.options(max_retries=MAX_RETRIES, retry_exceptions=False, **options,
-                                    **self.runtime_env()).remote(
+        return _remote_call.options(max_retries=MAX_RETRIES, retry_exceptions=False, **options).remote(
             fn, *args, **kwargs)
 
     def result(self, key: str, case) -> RunRecord:
@@ -254,6 +297,11 @@ def _last_line(exc: BaseException) -> str:
 
 
 # ------------------------------------------------------------------------------- pytest
+def _search_class():
+    from .cldyb.search import Search
+    return Search
+
+
 class RayPlugin:
     """Registered by the clharness pytest plugin when --clh-ray is given."""
 
@@ -261,14 +309,15 @@ class RayPlugin:
         self.clh = clh
         self.runner: RayRunner | None = None
         self.connected = False   # this session started or joined Ray (and so leaves it at the end)
+        _search_class().fan_out = staticmethod(lookahead_fan_out(self))
 
     def start(self) -> RayRunner:
         if self.runner is None:
             config = self.clh.config
             shipment = ship_plugins([p for p, _ in self.clh._plugins], config.getoption("clh_plugin"))
             try:
-                self.connected = init(config.getoption("clh_ray"))
-            except ValueError as exc:
+                self.connected = init(config.getoption("clh_ray"), shipment)
+            except (ValueError, RayBackendError) as exc:
                 import pytest
                 raise pytest.UsageError(str(exc)) from None
             self.runner = RayRunner(shipment, config.getoption("clh_device"), config.getoption("clh_data_root"),
@@ -313,7 +362,6 @@ class RayPlugin:
         self.runner.cancel_all()
 
     def pytest_unconfigure(self, config) -> None:
+        _search_class().fan_out = None
         if self.connected and ray.is_initialized():
             ray.shutdown()
-        if self.runner is not None and self.runner.shipment.folder is not None:
-            shutil.rmtree(self.runner.shipment.folder.parent, ignore_errors=True)

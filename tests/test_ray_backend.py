@@ -21,6 +21,7 @@ import ray
 import clharness.runner  # noqa: F401  (loaded once: pytester runs share one torch)
 from clharness.results import ResultsStore
 
+HOME = os.environ.get("HOME", "")   # pytester moves HOME; Ray's auth token lives under the real one
 QUICK = ["--clh-suite", "quickstart", "--clh-quick", "--clh-seeds", "2", "--clh-method", "finetune",
          "--clh-method", "er", "-k", "not gate", "-p", "no:cacheprovider"]
 
@@ -48,3 +49,188 @@ def test_quickstart_through_ray_equals_the_serial_session(pytester, ray_runtime)
         assert a[key].status == b[key].status == "passed"
     # progress lines as in a serial session, in collection order
     remote.stdout.fnmatch_lines(["*4 passed*"])
+
+
+METHODS = '''
+"""Test methods of tests/test_ray_backend.py: where they ran, a worker that dies once, a slow one."""
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import clharness as clh
+
+HERE = Path({here!r})
+
+
+class Where(clh.Method):
+    """A linear classifier that leaves a file named after the process that trained it."""
+    name = "where"
+    hparams = {{}}
+
+    def __init__(self, context, **hp):
+        super().__init__(context, **hp)
+        self.model = context.make_classifier()
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def learn(self, experience):
+        (HERE / f"pid-{{os.getpid()}}").touch()
+        for x, y in experience.batches(epochs=self.context.epochs):
+            self.opt.zero_grad()
+            F.cross_entropy(self.model(x), y).backward()
+            self.opt.step()
+
+
+class Dier(Where):
+    """Kills its own worker process in its first task, once (a marker file remembers)."""
+    name = "dier"
+
+    def learn(self, experience):
+        marker = HERE / "died-once"
+        if not marker.exists():
+            marker.touch()
+            os._exit(1)
+        super().learn(experience)
+
+
+class Napper(Where):
+    """Slow: half a second per task, so a session is still running when its driver is killed."""
+    name = "napper"
+
+    def learn(self, experience):
+        time.sleep(0.5)
+        super().learn(experience)
+
+
+@clh.hookimpl
+def clharness_add_methods(registry):
+    for cls in (Where, Dier, Napper):
+        registry.add(cls)
+'''
+
+
+def session_args(*methods, seeds=1):
+    return ["--clh-suite", "quickstart", "--clh-quick", "--clh-seeds", str(seeds), "-k", "not gate",
+            "-p", "no:cacheprovider", *[a for m in methods for a in ("--clh-method", m)]]
+
+
+def test_a_conftest_method_runs_on_the_workers(pytester, ray_runtime):
+    pytester.makeconftest(METHODS.format(here=str(pytester.path)))
+    result = pytester.runpytest(*session_args("where", seeds=2), "--clh-results", "r.sqlite", "--clh-ray", "auto")
+    result.assert_outcomes(passed=2)
+    pids = {int(p.name.split("-")[1]) for p in pytester.path.glob("pid-*")}
+    assert pids and os.getpid() not in pids   # trained in Ray worker processes, not in the driver
+
+
+def test_a_worker_killed_mid_case_is_retried_and_every_case_is_stored_once(pytester, ray_runtime):
+    pytester.makepyfile(raymethods=METHODS.format(here=str(pytester.path)))
+    pytester.syspathinsert()
+    result = pytester.runpytest(*session_args("dier", seeds=2), "-p", "raymethods", "--clh-results", "r.sqlite",
+                                "--clh-ray", "auto")
+    result.assert_outcomes(passed=2)
+    assert (pytester.path / "died-once").exists()   # one worker did die
+    with sqlite3.connect(pytester.path / "r.sqlite") as db:
+        keys = [k for (k,) in db.execute("SELECT key FROM runs")]
+    assert len(keys) == len(set(keys)) == 2
+
+
+def test_a_driver_killed_mid_session_resumes_from_its_finished_records(pytester, ray_runtime):
+    pytester.makepyfile(raymethods=METHODS.format(here=str(pytester.path)))
+    store = pytester.path / "r.sqlite"
+    args = [*session_args("napper", "where", seeds=3), "-p", "raymethods", "--clh-results", str(store)]
+    driver = subprocess.Popen([sys.executable, "-m", "pytest", *args, "--clh-ray", ray_runtime],
+                              cwd=pytester.path, env={**os.environ, "HOME": HOME}, stdout=open(pytester.path / "driver.log", "w"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 240
+    finished = {}
+    while time.monotonic() < deadline and driver.poll() is None:
+        if store.exists():
+            finished = records(store)
+            if finished:
+                break
+        time.sleep(0.1)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    assert 0 < len(finished) < 6, ("the driver was to be killed with part of its session done:\n"
+                                   + (pytester.path / "driver.log").read_text()[-3000:])
+    finished = records(store)   # what it stored before it died
+    pytester.syspathinsert()
+    rerun = pytester.runpytest(*args, "--clh-ray", "auto")
+    rerun.assert_outcomes(passed=6)
+    rerun.stdout.fnmatch_lines([f"*6 runs, {len(finished)} reused from*"])
+    after = records(store)
+    assert len(after) == 6
+    for key, record in finished.items():   # the finished ones were not trained again
+        assert after[key].started_at == record.started_at and after[key].session == record.session
+
+
+def test_gtep_tuning_fans_out_and_selects_the_serial_h_star(pytester, ray_runtime):
+    from clharness import gtep
+    args = ["--clh-suite", "gtep-digits", "--clh-quick", "--clh-method", "finetune", "--clh-method", "er",
+            "-k", "high-synthetic", "-p", "no:cacheprovider"]
+    pytester.runpytest(*args, "--clh-results", "serial.sqlite")
+    pytester.runpytest(*args, "--clh-results", "ray.sqlite", "--clh-ray", "auto")
+    a, b = records(pytester.path / "serial.sqlite"), records(pytester.path / "ray.sqlite")
+    assert sorted(a) == sorted(b) and len(a) == 12   # 2 methods x (2 configurations x 2 trials + 2 evaluations)
+    for key in a:
+        assert a[key].acc_matrix == b[key].acc_matrix and a[key].hparams == b[key].hparams, a[key].case_id
+    chosen = [gtep.summarize(r.values())[["method", "config", "hparams"]].to_dict("records") for r in (a, b)]
+    assert chosen[0] == chosen[1]   # the same H* for every method
+
+
+def test_cldyb_lookahead_fans_out_and_chooses_the_serial_sequence(pytester, ray_runtime, monkeypatch):
+    from clharness import ray_backend
+    from clharness.cldyb import search
+    args = ["--clh-suite", "cldyb-mini", "--clh-quick", "--clh-seeds", "1", "-k", "search-cc", "-p",
+            "no:cacheprovider"]
+    sequence = pytester.path / ".clharness" / "sequences" / "cldyb-mini-mini-cc-seed0.json"
+    pytester.runpytest(*args, "--clh-results", "serial.sqlite").assert_outcomes(passed=1)
+    serial = json.loads(sequence.read_text())
+    sequence.unlink()
+    fanned = []   # (candidates, values) of every step valued through Ray tasks
+    make = ray_backend.lookahead_fan_out
+
+    def spy(plugin):
+        fan_out = make(plugin)
+
+        def spied(s, tasks):
+            values, rewards = fan_out(s, tasks)
+            fanned.append((len(tasks), values))
+            return values, rewards
+        return spied
+    monkeypatch.setattr(ray_backend, "lookahead_fan_out", spy)
+    pytester.runpytest(*args, "--clh-results", "ray.sqlite", "--clh-ray", "auto").assert_outcomes(passed=1)
+    remote = json.loads(sequence.read_text())
+    assert search.Search.fan_out is None   # the hook is removed with the session
+    assert [n for n, _ in fanned] == [2, 2]   # steps 1 and 2 valued their 2 candidates as Ray tasks
+    assert [s["classes"] for s in remote["steps"]] == [s["classes"] for s in serial["steps"]]
+    for s, r in zip(serial["steps"], remote["steps"]):   # the same values, bit for bit, and the same choice
+        assert [c["value"] for c in s["candidates"]] == [c["value"] for c in r["candidates"]]
+        assert s["chosen"] == r["chosen"]
+    assert [v for _, v in fanned] == [[c["value"] for c in s["candidates"]] for s in serial["steps"][1:]]
+
+
+def test_plugin_files_travel_as_source_and_installed_ones_by_name(tmp_path):
+    from clharness import ray_backend
+    from clharness.plugins import _import_file
+    (tmp_path / "mine_ray.py").write_text("VALUE = 7\n")
+    mine = _import_file(tmp_path / "mine_ray.py")
+    shipment = ray_backend.ship_plugins([mine, pytest], [])
+    shipped = [m for m in shipment.modules if m != "pytest"]
+    assert shipment.modules[1] == "pytest" and len(shipped) == 1   # installed: imported by name there
+    assert shipment.sources[shipped[0]] == ("VALUE = 7\n", str(tmp_path / "mine_ray.py"))
+    assert shipment.aliases == {shipped[0]: "mine_ray"}
+    ray_backend.load_sources(shipment.sources)   # what a worker does with them
+    assert sys.modules[shipped[0]].VALUE == 7
+
+
+def test_a_worker_without_an_installed_plugin_or_the_data_root_says_which_node(tmp_path):
+    from clharness import ray_backend
+    with pytest.raises(ray_backend.RayBackendError, match=r"'no_such_clh_plugin'.*Ray node .+ \(case s::c\[m-seed0\]\)"
+                       r".*Install the plugin's package on every node"):
+        ray_backend.worker_harness(("no_such_clh_plugin",), "s::c[m-seed0]")
+    case = type("C", (), {"id": "s::c[m-seed0]"})()
+    missing = tmp_path / "absent"
+    with pytest.raises(ray_backend.RayBackendError, match=rf"--clh-data-root {missing} does not exist on Ray node"):
+        ray_backend.run_remote(case, (), "cpu", str(missing), False)

@@ -144,6 +144,11 @@ def select(values: Sequence[float], temperature: float, rng: np.random.Generator
 class Search:
     """One CLDyB search: ``run()`` yields the steps of a sequence and leaves the methods trained on it."""
 
+    # Where the look-ahead candidates are valued: None = here, one after the other; else a callable
+    # (search, tasks) -> (values, rewards) that runs ``value_candidate`` for every candidate elsewhere
+    # (clharness.ray_backend sets one under --clh-ray: one Ray task per candidate, same arithmetic).
+    fan_out: Callable | None = None
+
     def __init__(self, pool: DataPool, methods: Sequence[Method], config: SearchConfig, seed: int,
                  device: torch.device, grow: Callable[[int], list[str]] | None = None):
         self.pool, self.cfg, self.seed, self.device = pool, config, seed, torch.device(device)
@@ -264,13 +269,20 @@ class Search:
     # ------------------------------------------------------------------ stage B
     def value_lookahead(self, tasks: list[list[str]]) -> tuple[list[float], list[float]]:
         """Eq. 6: immediate reward + the best l-step continuation, for every candidate."""
+        if self.fan_out is not None:
+            return self.fan_out(self, tasks)
         values, rewards = [], []
-        for i, names in enumerate(tasks):
-            child, r, _ = self.transition(self.state, names)
-            values.append(r + self._continuation(child, tasks, self.cfg.lookahead))
+        for names in tasks:
+            value, r = self.value_candidate(tasks, names)
+            values.append(value)
             rewards.append(r)
-            del child
         return values, rewards
+
+    def value_candidate(self, tasks: list[list[str]], names: list[str]) -> tuple[float, float]:
+        """Eq. 6 for one candidate: (immediate reward + best continuation, immediate reward). Depends only
+        on the current state, so candidates can be valued in any order or in parallel."""
+        child, r, _ = self.transition(self.state, names)
+        return r + self._continuation(child, tasks, self.cfg.lookahead), r
 
     def _continuation(self, state: State, tasks: list[list[str]], depth: int) -> float:
         if depth <= 0 or len(state.tasks) >= self.cfg.steps:   # no look-ahead past the sequence's end
