@@ -30,6 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--max-drop", action="append", default=[], metavar="METRIC=VALUE",
                      help="allowed drop against --compare (repeatable; default: final_acc=0.02)")
     run.add_argument("-n", "--workers", metavar="N", help="pytest-xdist worker processes (e.g. 2 or auto)")
+    run.add_argument("--ray", metavar="local|auto|ray://HOST:PORT",
+                     help="run the cases as Ray tasks (pip install 'clharness[ray]'); see README 'Run on a cluster'")
+    run.add_argument("--gpus-per-run", type=float, metavar="F", help="GPUs per Ray task (0.25: four runs per GPU)")
+    run.add_argument("--cpus-per-run", type=float, metavar="N", help="CPUs per Ray task (default 1)")
     run.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments, after --")
 
     lst = sub.add_parser("list", help="registered methods, suites, datasets and backbones, with their sources")
@@ -120,6 +124,12 @@ def run_suites(args: argparse.Namespace) -> int:
         pytest_args += ["--clh-max-drop", drop]
     if args.workers:
         pytest_args += ["-n", args.workers]
+    if args.ray:
+        pytest_args += ["--clh-ray", args.ray]
+    if args.gpus_per_run is not None:
+        pytest_args += ["--clh-gpus-per-run", str(args.gpus_per_run)]
+    if args.cpus_per_run is not None:
+        pytest_args += ["--clh-cpus-per-run", str(args.cpus_per_run)]
     extra = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     return int(pytest.main(pytest_args + extra))
 
