@@ -314,11 +314,11 @@ class RayPlugin:
     def start(self) -> RayRunner:
         if self.runner is None:
             config = self.clh.config
-            shipment = ship_plugins([p for p, _ in self.clh._plugins], config.getoption("clh_plugin"))
+            import pytest
             try:
+                shipment = ship_plugins([p for p, _ in self.clh._plugins], config.getoption("clh_plugin"))
                 self.connected = init(config.getoption("clh_ray"), shipment)
             except (ValueError, RayBackendError) as exc:
-                import pytest
                 raise pytest.UsageError(str(exc)) from None
             self.runner = RayRunner(shipment, config.getoption("clh_device"), config.getoption("clh_data_root"),
                                     config.getoption("clh_download"), config.getoption("clh_cpus_per_run"),

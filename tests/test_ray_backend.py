@@ -40,7 +40,7 @@ def records(path) -> dict:
 def test_quickstart_through_ray_equals_the_serial_session(pytester, ray_runtime):
     serial = pytester.runpytest(*QUICK, "--clh-results", "serial.sqlite")
     serial.assert_outcomes(passed=4, deselected=1)
-    remote = pytester.runpytest(*QUICK, "--clh-results", "ray.sqlite", "--clh-ray", "auto")
+    remote = pytester.runpytest(*QUICK, "--clh-results", "ray.sqlite", "--clh-ray", "local")
     remote.assert_outcomes(passed=4, deselected=1)
     a, b = records(pytester.path / "serial.sqlite"), records(pytester.path / "ray.sqlite")
     assert sorted(a) == sorted(b) and len(a) == 4
