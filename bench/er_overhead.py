@@ -24,7 +24,7 @@ import torch.nn.functional as F
 import clharness as clh
 from clharness.data import load_split
 from clharness.runner import Case, pick_device, run_case, seed_everything
-from clharness.scenarios import build_scenario
+from clharness.scenario import build_scenario
 from clharness import augment
 from clharness.suites import ScenarioSpec, with_overrides
 

@@ -13,7 +13,7 @@ _LAZY = {
     "Choice": "hparams", "Float": "hparams", "Int": "hparams", "HParamError": "hparams",
     "Batch": "method", "Classifier": "method", "Context": "method", "Diverged": "method",
     "Experience": "method", "MemoryReport": "method", "Method": "method", "MethodError": "method",
-    "Setting": "method", "Harness": "plugins", "Registry": "registry", "RegistryError": "registry",
+    "Setting": "method", "Harness": "plugins", "Kind": "kinds", "Registry": "registry", "RegistryError": "registry",
 }
 
 

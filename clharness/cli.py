@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--cpus-per-run", type=float, metavar="N", help="CPUs per Ray task (default 1)")
     run.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments, after --")
 
-    lst = sub.add_parser("list", help="registered methods, suites, datasets and backbones, with their sources")
+    lst = sub.add_parser("list", help="registered methods, kinds, suites, datasets and backbones, with their sources")
     lst.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                      help="import MODULE as a clharness plugin")
 
@@ -63,12 +63,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="allowed drop of a seed mean (repeatable; default: final_acc=0.02)")
     cmp.add_argument("--format", default="md", choices=["md", "github", "latex"], help="table format")
 
-    from .stream_plots import add_arguments as stream_plot_arguments
-    stream_plot_arguments(sub.add_parser(
-        "stream-plot", help="figures 2 and 4 of the STF paper: class frequencies of a disjoint and an STF stream",
-        description="Draws, for the same labels, a conventional disjoint-task stream and a simulated task-free "
-                    "(STF) stream: relative class frequency per chunk (figure 2) and the frequency of the most "
-                    "prevalent class (figure 4), to a PNG."))
+    from .kinds import family_commands
+    commands = family_commands(sub)   # subcommands the benchmark families add (STF: stream-plot)
 
     init = sub.add_parser("init", help="scaffold a method plugin package: method, suite with gates, tests, CI workflow",
                           description="Creates the folder NAME: pyproject.toml (entry point `clharness`), "
@@ -81,9 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "init":
         return init_package(args)
-    if args.command == "stream-plot":
-        from .stream_plots import run as stream_plot
-        return stream_plot(args)
+    if args.command in commands:
+        return commands[args.command](args)
     if args.command == "compare":
         return compare_scorecards(args)
     if args.command == "run":
@@ -166,6 +161,8 @@ def _print_registered(harness) -> int:
         ("methods", ["name", "settings", "hyperparameters (defaults)", "source"],
          [[e.name, ", ".join(sorted(str(s) for s in e.obj.settings)), hp(e.obj), e.source]
           for e in harness.methods.entries()]),
+        ("kinds", ["name", "module", "source"],
+         [[e.name, e.obj.where, e.source] for e in harness.kinds.entries()]),
         ("suites", ["name", "file", "source"],
          [[e.name, str(e.obj), e.source] for e in harness.suites.entries()]),
         ("datasets", ["name", "description", "source"],
@@ -191,13 +188,12 @@ def report_results(args: argparse.Namespace) -> int:
         columns = columns or default_columns(records)
         check_columns(records, columns)
         print(render_text(records, columns, args.format))
-        from .gtep import is_gtep, section
-        if args.format not in ("csv", "json") and any(map(is_gtep, records)):   # csv/json stay one document
+        if args.format not in ("csv", "json"):   # csv/json stay one document
+            from .kinds import report_sections
             from .plugins import Harness
             from .report import FORMATS
-            gtep = section(records, Harness(), fmt=FORMATS[args.format])
-            if gtep:
-                print("\nGTEP: tuning phase (D^HT) vs evaluation phase (D^E), ranked by P^E\n" + gtep)
+            for title, text in report_sections(records, FORMATS[args.format], Harness):   # GTEP's, ...
+                print(f"\n{title}\n{text}")
         if args.html:
             path = write_html(args.html, records, columns, source=str(Path(args.results).resolve()))
             print(f"wrote {path}", file=sys.stderr)   # stderr: stdout stays parseable csv/json

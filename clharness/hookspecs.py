@@ -37,5 +37,12 @@ def clharness_add_augmentations(registry):
 
 
 @hookspec
+def clharness_add_kinds(registry):
+    """Add benchmark families (the ``kind`` a suite scenario names): ``registry.add(clharness.Kind(name,
+    module))``; the module's interface is documented in ``clharness.kinds``. The five built-in
+    families (``clharness.benchmarks``) register through this hook too."""
+
+
+@hookspec
 def clharness_run_finished(record):
     """Called with every finished RunRecord (loggers, trackers); return value ignored."""

@@ -19,6 +19,7 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
+from .kinds import BUILTIN_KINDS
 from .registry import Registry
 
 BUILTIN = "clharness.builtin"            # datasets, backbones and the shipped suite files
@@ -28,7 +29,8 @@ _KINDS = {"methods": ("method", "clharness_add_methods"),
           "datasets": ("dataset", "clharness_add_datasets"),
           "suites": ("suite", "clharness_add_suites"),
           "backbones": ("backbone", "clharness_add_backbones"),
-          "augmentations": ("augmentation recipe", "clharness_add_augmentations")}
+          "augmentations": ("augmentation recipe", "clharness_add_augmentations"),
+          "kinds": ("kind", "clharness_add_kinds")}
 
 
 def has_hookimpls(plugin: Any) -> bool:
@@ -45,6 +47,7 @@ class Harness:
         self.pm.add_hookspecs(hookspecs)
         self._registries: dict[str, Registry] | None = None
         self.register(BUILTIN)
+        self.register(BUILTIN_KINDS)   # the five benchmark families, as any plugin
         if entry_points:
             self.pm.load_setuptools_entrypoints("clharness")
         self.register(REFERENCE_METHODS)   # no-op when its entry point already loaded it
@@ -74,6 +77,8 @@ class Harness:
             self._registries = registries
             from . import augment
             augment.install(registries["augmentations"])   # suite files are checked against these
+            from . import kinds
+            kinds.install(registries["kinds"])             # ... and their scenario kinds against these
         return self._registries
 
     @property
@@ -91,6 +96,11 @@ class Harness:
     @property
     def backbones(self) -> Registry:
         return self._build()["backbones"]
+
+    @property
+    def kinds(self) -> Registry:
+        """Benchmark families (clharness.kinds.Kind), named by a scenario's ``kind``."""
+        return self._build()["kinds"]
 
     @property
     def augmentations(self) -> Registry:

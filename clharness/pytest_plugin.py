@@ -348,8 +348,8 @@ class ClhSession:
 
 
 def _kind_modules():
-    from .suites import KINDS
-    return [kind_module(kind) for kind in KINDS]
+    from .kinds import kind_modules
+    return kind_modules()
 
 
 def _plugin_source(plugin, plugin_name: str) -> str:
@@ -366,6 +366,8 @@ class SuiteFile(pytest.File):
     def collect(self):
         from .runner import Case, case_key, resolve_hparams
         clh: ClhSession = self.config.stash[session_key]
+        from .kinds import install
+        install(clh.harness.kinds)   # every plugin's kinds (clharness_add_kinds), before the suite's are checked
         cases: list[CaseItem] = []
         suite = load_suite(self.suite_file or self.path, quick=self.config.getoption("clh_quick"))
         clh.resources.update({(suite.name, name): res for name, res in suite.resources.items()})

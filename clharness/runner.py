@@ -27,7 +27,7 @@ from .backbones import WeightsMissing
 from .hparams import resolve
 from .method import Context, Diverged, Method, MethodError, Setting
 from .results import RunRecord, run_key
-from .scenarios import Scenario, build_scenario
+from .scenario import Scenario, build_scenario
 from .suites import ScenarioSpec, spec_definition
 
 

@@ -61,7 +61,7 @@ def rank_agreement(summary: pd.DataFrame, metric: str = "final_acc", min_methods
     tau (with p-values) between the two rankings (CLDyB Table 1 compares rankings this way).
     A GTEP scenario enters with its evaluation phase (``X:eval`` as ``X``); its tuning configurations
     (``X:tune-cK``) are not scenarios, and tuning vs evaluation is the GTEP section's Kendall tau."""
-    from .gtep import split_scenario
+    from .kinds import split_scenario
     rows = []
     if summary.empty or metric not in summary:
         return pd.DataFrame(rows)

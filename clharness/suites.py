@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from . import kinds
+
 
 
 class SuiteError(ValueError):
@@ -92,20 +94,10 @@ def spec_definition(spec: ScenarioSpec) -> dict[str, Any]:
             del out[key]
     return out
 
-# Scenario kinds -> the module that builds them. A kind module defines
-#   OPTIONS: dict[str, tuple[type | tuple[type, ...], default]]   its own scenario keys
-#   build(spec, source, seed, device, data_root, download) -> Scenario (or a protocol object)
-#   check(spec) -> None    optional: raise ValueError on values out of range (shown with file and table)
-#   collect(node, suite, spec, methods, seeds)   optional: yields its own pytest items (multi-run protocols)
-#   terminal_summary(session, terminalreporter), write_scorecard(path, records, harness)   optional:
-#       the kind's own section at session end and in --clh-scorecard files
-# Keys of a [[scenario]] table outside the common ones go to ``spec.options`` and are checked
-# against the kind's OPTIONS with the same errors as the common keys.
-KINDS = {"split": "clharness.scenarios.splits", "stf": "clharness.scenarios.stf",
-         "curriculum": "clharness.scenarios.curriculum", "gtep": "clharness.scenarios.gtep",
-         "cldyb": "clharness.cldyb.kind"}
+# Scenario kinds (benchmark families) come from the clharness_add_kinds hook: clharness.kinds holds
+# their registry and documents a kind's interface (OPTIONS, build, check, collect, sections).
 SETTINGS = ("class-incremental", "task-incremental", "online")   # clharness.Setting values
-CHOICES = {"setting": SETTINGS, "class_order": ("seed", "fixed"), "kind": tuple(KINDS)}
+CHOICES = {"setting": SETTINGS, "class_order": ("seed", "fixed")}   # kind: checked against clharness.kinds
 SUITE_KEYS = ("name", "description", "seeds", "methods")
 RESOURCE_KEYS = ("cpus_per_run", "gpus_per_run")   # Ray task resources per run (--clh-ray), any scenario table
 TOP_KEYS = ("suite", "defaults", "quick", "scenario", "hparams", "gates")
@@ -236,8 +228,7 @@ def _check_keys(path, where, table, allowed):
 
 def kind_module(kind: str):
     """The module that builds scenarios of ``kind`` (imported on first use: it needs torch)."""
-    import importlib
-    return importlib.import_module(KINDS[kind])
+    return kinds.kind_module(kind)
 
 
 def _check_kind(path, where, layers: list[tuple[str, dict]]) -> ScenarioSpec:
@@ -247,8 +238,9 @@ def _check_kind(path, where, layers: list[tuple[str, dict]]) -> ScenarioSpec:
     common = {k: v for k, v in table.items() if k in SCENARIO_KEYS}
     extra = {k: v for k, v in table.items() if k not in SCENARIO_KEYS}
     kind = common.get("kind", "split")
-    if kind not in KINDS:
-        raise SuiteError(f"{path}: {where}: kind = {kind!r}; allowed values: {', '.join(KINDS)}")
+    if kind not in kinds.registry():
+        raise SuiteError(f"{path}: {where}: kind = {kind!r}; allowed values: {', '.join(kinds.names())} "
+                         "(more come from plugins implementing clharness_add_kinds)")
     module = kind_module(kind) if kind != "split" else None
     allowed = getattr(module, "OPTIONS", {})
     for label, layer in layers:

@@ -6,7 +6,7 @@ from pathlib import Path
 from fakedata import (write_cifar10, write_fashion_mnist, write_mnist, write_omniglot, write_svhn,
                       write_tinyimagenet)
 
-from clharness.scenarios.curriculum import TINYIMAGENET_CLASSES
+from clharness.benchmarks.m2i.kind import TINYIMAGENET_CLASSES
 
 # Two Tiny ImageNet classes outside the ten, listed first in wnids.txt: listing order must not matter.
 OTHER_WNIDS = ("n01443537", "n01629819")

@@ -237,7 +237,7 @@ class Recorder(plugin_methods.Tiny):
 
 def test_only_training_batches_are_augmented_never_test_data():
     from clharness.runner import Case, run_case
-    from clharness.scenarios import build_scenario
+    from clharness.scenario import build_scenario
     from clharness.suites import ScenarioSpec
 
     harness = clh.Harness()

@@ -9,9 +9,9 @@ import torch.nn.functional as F
 import clharness as clh
 from clharness import metrics
 from clharness.backbones import MLP
-from clharness.cldyb import kind, sequence
-from clharness.cldyb.pool import DataPool, PoolError
-from clharness.cldyb.search import Search, SearchConfig, SearchError, select
+from clharness.benchmarks.cldyb import kind, sequence
+from clharness.benchmarks.cldyb.pool import DataPool, PoolError
+from clharness.benchmarks.cldyb.search import Search, SearchConfig, SearchError, select
 from clharness.data import Digits, Synthetic
 from clharness.method import Context, Setting
 

@@ -1,7 +1,7 @@
 """cldyb-cc / cldyb-ic on fabricated files in the real on-disk formats, tiny ViT (--clh-quick)."""
 import json
 
-import clharness.cldyb.kind  # noqa: F401  (loaded once: pytester's in-process runs share torch)
+import clharness.benchmarks.cldyb.kind  # noqa: F401  (loaded once: pytester's in-process runs share torch)
 import clharness.runner  # noqa: F401
 import clharness.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401

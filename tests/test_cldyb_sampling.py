@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from clharness.cldyb import clustering, sampling
+from clharness.benchmarks.cldyb import clustering, sampling
 
 
 def grouped_prototypes(groups=4, per_group=5, dim=32, spread=0.05, seed=0):

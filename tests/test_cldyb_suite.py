@@ -5,7 +5,7 @@ import numpy as np
 
 import pytest
 
-import clharness.cldyb.kind  # noqa: F401  (loaded once: pytester's in-process runs share torch)
+import clharness.benchmarks.cldyb.kind  # noqa: F401  (loaded once: pytester's in-process runs share torch)
 import clharness.runner  # noqa: F401
 import clharness.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
@@ -124,7 +124,7 @@ def test_a_bad_option_fails_the_pytest_session_with_the_message(pytester):
 
 
 def test_summary_robustness_is_the_mean_final_accuracy_over_ic_sequences():
-    from clharness.cldyb.kind import summary_rows
+    from clharness.benchmarks.cldyb.kind import summary_rows
     from clharness.results import RunRecord
     records = [RunRecord("s", "m/cc", "a", 0, status="passed", metrics={"final_acc": 0.2, "ar": -0.1, "ala": 0.5},
                          memory_mb=1.5),

@@ -9,8 +9,8 @@ import torch
 import clharness.runner  # noqa: F401  (keep torch loaded across pytester's in-process runs)
 import clharness_methods  # noqa: F401
 from clharness.data import BUILTIN_SOURCES
-from clharness.scenarios import ScenarioError, build_scenario
-from clharness.scenarios.curriculum import MAGI_CHARACTERS, TINYIMAGENET_CLASSES
+from clharness.scenario import ScenarioError, build_scenario
+from clharness.benchmarks.m2i.kind import MAGI_CHARACTERS, TINYIMAGENET_CLASSES
 from clharness.suites import SuiteError, load_suite, with_overrides
 
 from curriculum_fakedata import write_six

@@ -6,9 +6,9 @@ from scipy import stats
 
 import clharness.runner  # noqa: F401
 import clharness_methods  # noqa: F401
-from clharness.curriculum_effect import curriculum_effect, direction, main
+from clharness.benchmarks.m2i.effect import curriculum_effect, direction, main
 from clharness.results import RunRecord
-from clharness.scenarios.curriculum import CURRICULA
+from clharness.benchmarks.m2i.kind import CURRICULA
 
 
 def _record(order, method, seed, acc, suite="m2i-mini", status="passed"):

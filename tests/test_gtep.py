@@ -11,10 +11,10 @@ import torch
 import clharness.runner  # noqa: F401  (loaded once: pytester runs share one torch)
 import clharness.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
-from clharness import gtep
+from clharness.benchmarks.gtep import protocol as gtep
 from clharness.data import BUILTIN_SOURCES
 from clharness.results import ResultsStore, RunRecord
-from clharness.scenarios import gtep as kind
+from clharness.benchmarks.gtep import kind
 from clharness.suites import ScenarioSpec, SuiteError, load_suite
 
 SYN = '{ num_classes = 12, image_size = 4, train_per_class = 20, test_per_class = 6, similarity = 0.2, noise = 0.2 }'

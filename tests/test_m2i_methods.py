@@ -11,7 +11,7 @@ import clharness as clh
 from clharness.gradient_projection import agem_project, gem_project
 from clharness.plugins import Harness
 from clharness.runner import Case, make_context, run_case
-from clharness.scenarios import build_scenario
+from clharness.scenario import build_scenario
 from clharness.suites import ScenarioSpec
 
 CPU = torch.device("cpu")

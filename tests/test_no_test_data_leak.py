@@ -28,9 +28,10 @@ import pytest
 import torch
 
 import clharness as clh
-from clharness import gtep, runner
-from clharness.cldyb import kind as cldyb_kind
-from clharness.cldyb import sequence as cldyb_sequence
+from clharness import runner
+from clharness.benchmarks.gtep import protocol as gtep
+from clharness.benchmarks.cldyb import kind as cldyb_kind
+from clharness.benchmarks.cldyb import sequence as cldyb_sequence
 from clharness.method import Context, Setting
 from clharness.runner import Case, run_case
 from clharness.suites import load_suite

@@ -166,7 +166,7 @@ def test_a_driver_killed_mid_session_resumes_from_its_finished_records(pytester,
 
 
 def test_gtep_tuning_fans_out_and_selects_the_serial_h_star(pytester, ray_runtime):
-    from clharness import gtep
+    from clharness.benchmarks.gtep import protocol as gtep
     args = ["--clh-suite", "gtep-digits", "--clh-quick", "--clh-method", "finetune", "--clh-method", "er",
             "-k", "high-synthetic", "-p", "no:cacheprovider"]
     pytester.runpytest(*args, "--clh-results", "serial.sqlite")
@@ -181,7 +181,7 @@ def test_gtep_tuning_fans_out_and_selects_the_serial_h_star(pytester, ray_runtim
 
 def test_cldyb_lookahead_fans_out_and_chooses_the_serial_sequence(pytester, ray_runtime, monkeypatch):
     from clharness import ray_backend
-    from clharness.cldyb import search
+    from clharness.benchmarks.cldyb import search
     args = ["--clh-suite", "cldyb-mini", "--clh-quick", "--clh-seeds", "1", "-k", "search-cc", "-p",
             "no:cacheprovider"]
     sequence = pytester.path / ".clharness" / "sequences" / "cldyb-mini-mini-cc-seed0.json"

@@ -109,7 +109,7 @@ def test_accuracy_matrix_scores_each_task_on_its_test_split_not_its_train_split(
     from clharness.method import Context
     from clharness.results import RunRecord
     from clharness.runner import accuracy, task_protocol
-    from clharness.scenarios import build_scenario
+    from clharness.scenario import build_scenario
     scenario = build_scenario(spec(), harness.datasets, 0, torch.device("cpu"))
     method = Memorizer(Context(scenario.setting, scenario.num_classes, scenario.input_shape))
     record = RunRecord("t", "s", "memorizer", 0)

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from clharness import streams
+from clharness.benchmarks.stf import streams
 
 
 def _labels(counts):

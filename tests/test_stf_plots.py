@@ -2,7 +2,7 @@
 import numpy as np
 
 from clharness.cli import main
-from clharness.stream_plots import draw_streams
+from clharness.benchmarks.stf.plots import draw_streams
 
 
 def test_stream_plot_writes_a_png(tmp_path, capsys):

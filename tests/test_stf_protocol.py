@@ -11,11 +11,11 @@ import clharness.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 import sklearn.datasets  # noqa: F401
 import sklearn.model_selection  # noqa: F401
-from clharness import streams
+from clharness.benchmarks.stf import streams
 from clharness.data import BUILTIN_SOURCES as DATASETS
 from clharness.method import Method, Setting
 from clharness.results import RunRecord
-from clharness.scenarios import build_scenario
+from clharness.scenario import build_scenario
 from clharness.suites import SuiteError, load_suite
 
 REPO = Path(__file__).parent.parent
@@ -145,7 +145,7 @@ def test_bad_scenario_values_name_value_and_range(tmp_path):
 
 
 def test_mu_sigma_from_tasks_and_scale(tmp_path):
-    from clharness.scenarios.stf import mu_sigma
+    from clharness.benchmarks.stf.kind import mu_sigma
     assert mu_sigma(_spec(tmp_path, "mu_sigma_scale = 2.0")) == pytest.approx(2 * (1 / 12) ** 0.5 / 5)
     assert mu_sigma(_spec(tmp_path, "mu_sigma = 0.1")) == pytest.approx(0.1)
 

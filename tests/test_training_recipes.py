@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import clharness as clh
-from clharness import gtep
+from clharness.benchmarks.gtep import protocol as gtep
 from clharness.results import run_key
 from clharness.runner import Case, run_case
-from clharness.scenarios import gtep as kind
+from clharness.benchmarks.gtep import kind
 from clharness.suites import ScenarioSpec, load_suite, with_overrides
 from clharness.training import SupervisedMethod, Trainer
 

@@ -27,8 +27,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from ..pytest_plugin import CaseItem, make_item
-from ..suites import ScenarioSpec
+from ...pytest_plugin import CaseItem, make_item
+from ...suites import ScenarioSpec
 
 MULTI_DATASET = True
 USE_CASES = ("cc", "ic", "random", "heldout")
@@ -135,7 +135,7 @@ def add_entry(pool, entry: dict, datasets, data_root, download) -> list[str]:
 
 
 def make_pool(entries, settings: dict, datasets, device, data_root=None, download=False, augment="none"):
-    from .. import augment as augmentation
+    from ... import augment as augmentation
     from .pool import DataPool
     pool = DataPool(device, **settings)
     pool.recipe = augmentation.get(augment)
@@ -178,8 +178,8 @@ class Job:
 def run_search(suite_name: str, spec: ScenarioSpec, job: Job, hparams: dict, harness, seed: int, device,
                data_root=None, download=False) -> dict:
     """One search: build the pool and the live methods, run the steps, return the sequence dict."""
-    from ..method import Setting
-    from ..runner import Case, make_context, seed_everything, versions
+    from ...method import Setting
+    from ...runner import Case, make_context, seed_everything, versions
     from .search import Search
     from .sequence import describe_device
     seed_everything(seed)
@@ -222,10 +222,10 @@ def step_timings(sequence: dict) -> dict[str, float]:
 
 # ---------------------------------------------------------------------------------- pytest items
 def collect(node, suite, spec: ScenarioSpec, methods: list[str], seeds: int):
-    from ..pytest_plugin import _run_clh_case, session_key
-    from ..runner import Case, case_key, resolve_hparams, versions
-    from ..results import run_key
-    from ..suites import SuiteError
+    from ...pytest_plugin import _run_clh_case, session_key
+    from ...runner import Case, case_key, resolve_hparams, versions
+    from ...results import run_key
+    from ...suites import SuiteError
     clh = node.config.stash[session_key]
     o = spec.options
     searchers = list(o["search_methods"]) or list(methods)
@@ -246,7 +246,7 @@ def collect(node, suite, spec: ScenarioSpec, methods: list[str], seeds: int):
     if o["sequence"]:   # a saved sequence: a static scenario for any method
         path = Path(o["sequence"])
         if not path.is_absolute():   # a relative path names a file beside the suite file, wherever pytest runs
-            from ..suites import with_overrides
+            from ...suites import with_overrides
             spec = with_overrides(spec, options={**o, "sequence": str(Path(suite.path).resolve().parent / path)})
         for m in methods:
             for seed in range(seeds):
@@ -296,9 +296,9 @@ class ReplayItem(CaseItem):
 
 
 def _run_search(request) -> None:
-    from ..pytest_plugin import session_key
-    from ..results import RunRecord
-    from ..runner import versions
+    from ...pytest_plugin import session_key
+    from ...results import RunRecord
+    from ...runner import versions
     from . import sequence as seqmod
     item: SearchItem = request.node
     clh = request.config.stash[session_key]
@@ -333,7 +333,7 @@ def _run_search(request) -> None:
 
 
 def _run_replay(request) -> None:
-    from ..pytest_plugin import _run_clh_case, session_key
+    from ...pytest_plugin import _run_clh_case, session_key
     item: ReplayItem = request.node
     clh = request.config.stash[session_key]
     if any(isinstance(i, SearchItem) and i.case_key == item.search_key for i in request.session.items):
@@ -349,7 +349,7 @@ def _run_replay(request) -> None:
 def summary_rows(records) -> list[dict]:
     """Per (suite, scenario, method): CC AA/AR/ALA, robustness (mean final AA over IC sequences), memory,
     random and held-out final AA (means over seeds)."""
-    from ..metrics import mean_ci
+    from ...metrics import mean_ci
     table: dict = {}
     for r in records:
         base, _, use_case = r.scenario.rpartition("/")
@@ -373,7 +373,7 @@ def summary_rows(records) -> list[dict]:
 def terminal_summary(clh, terminalreporter) -> None:
     from tabulate import tabulate
 
-    from ..metrics import rank_correlation
+    from ...metrics import rank_correlation
     rows = summary_rows(clh.records)
     if not rows:
         return

@@ -23,11 +23,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import streams
-from ..data import DatasetSource, load_split
-from ..method import Batch, Setting
-from ..suites import ScenarioSpec
-from .splits import ScenarioError, _per_class_index, _relabel, _wrapper
+from . import streams
+from ...data import DatasetSource, load_split
+from ...method import Batch, Setting
+from ...suites import ScenarioSpec
+from ...scenario import ScenarioError
+from ..splits.kind import _per_class_index, _relabel, _wrapper
 
 OPTIONS = {
     "stream": (str, "stf"),                   # "stf": Algorithms 1-2; "disjoint": conventional tasks
@@ -125,7 +126,7 @@ class StreamScenario:
 def online_protocol(method, scenario: StreamScenario, device: torch.device, record, on_task=None) -> None:
     """The stream in minibatches through ``observe``; information retention at the evaluation points,
     test accuracy at the end. ``record.failed_task`` is the stream step (minibatch) being processed."""
-    from ..runner import _sync, accuracy
+    from ...runner import _sync, accuracy
 
     opts, eval_bs = scenario.spec.options, scenario.spec.eval_batch_size
     points = scenario.eval_steps()

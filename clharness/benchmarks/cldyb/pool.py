@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..data import ArrayDataset, FileDataset, StreamData, TensorData, load_split
+from ...data import ArrayDataset, FileDataset, StreamData, TensorData, load_split
 
 SPLITS = ("train", "val", "test")
 

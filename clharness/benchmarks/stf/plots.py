@@ -33,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def dataset_labels(name: str, data_root: str | None) -> np.ndarray:
     """Train-split labels of a registered dataset, as consecutive ids 0..C-1."""
-    from .data import load_split
-    from .plugins import Harness
+    from ...data import load_split
+    from ...plugins import Harness
 
     source = Harness().datasets[name]()
     source.name = name
@@ -71,7 +71,7 @@ def draw_streams(labels: np.ndarray, tasks: int, mu_sigma: float, seed: int = 0,
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from .registry import RegistryError
+    from ...registry import RegistryError
     try:
         labels = (dataset_labels(args.dataset, args.data_root) if args.dataset
                   else np.repeat(np.arange(args.classes), args.per_class))
@@ -88,3 +88,13 @@ def run(args: argparse.Namespace) -> int:
           f"{args.tasks} tasks vs mu_sigma = {mu_sigma:.4g})")
     return 0
 
+
+
+def add_commands(subparsers) -> dict:
+    """The STF family's ``clharness stream-plot`` (the kind's ``cli`` module, clharness.kinds)."""
+    add_arguments(subparsers.add_parser(
+        "stream-plot", help="figures 2 and 4 of the STF paper: class frequencies of a disjoint and an STF stream",
+        description="Draws, for the same labels, a conventional disjoint-task stream and a simulated task-free "
+                    "(STF) stream: relative class frequency per chunk (figure 2) and the frequency of the most "
+                    "prevalent class (figure 4), to a PNG."))
+    return {"stream-plot": run}

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import metrics
-from ..method import Diverged, Experience, Method, MethodError
+from ... import metrics
+from ...method import Diverged, Experience, Method, MethodError
 from . import clustering, sampling
 from .pool import DataPool
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from ..method import Setting
-from ..scenarios.splits import Scenario, Task
+from ...method import Setting
+from ...scenario import Scenario, Task
 from .pool import DataPool, PoolError
 
 FORMAT = "clharness-cldyb-sequence"

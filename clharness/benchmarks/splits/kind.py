@@ -6,51 +6,16 @@ N equal tasks, or a first task of F classes followed by tasks of K classes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .. import augment
-from ..data import ArrayDataset, DatasetSource, FileDataset, StreamData, TensorData, load_split
-from ..method import Experience, Setting
-from ..suites import ScenarioSpec
-
-
-class ScenarioError(ValueError):
-    """A scenario that cannot be built from its dataset."""
-
-
-@dataclass
-class Task:
-    classes: tuple[int, ...]         # global ids (positions in the class order)
-    train: object                    # TensorData / StreamData: handed to the method
-    test: object                     # kept by the runner, never handed to the method
-    val: object | None = None        # carved from train when the scenario asks for it
-
-
-@dataclass
-class Scenario:
-    spec: ScenarioSpec
-    seed: int
-    setting: Setting
-    tasks: list[Task]
-    class_names: list[str]           # class_names[g] = name of global id g
-    input_shape: tuple[int, int, int]
-    dataset: str                     # identity of the dataset (name and options)
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.class_names)
-
-    def experience(self, t: int) -> Experience:
-        """What the method may see of task t: its train data and classes, the id only in task-IL."""
-        task = self.tasks[t]
-        return Experience(data=task.train, classes=task.classes,
-                          task_id=t if self.setting is Setting.TASK_IL else None,
-                          batch_size=self.spec.batch_size, seed=self.seed * 1000 + t)
+from ... import augment
+from ...data import ArrayDataset, DatasetSource, FileDataset, StreamData, TensorData, load_split
+from ...method import Setting
+from ...scenario import Scenario, ScenarioError, Task
+from ...suites import ScenarioSpec
 
 
 def task_sizes(spec: ScenarioSpec, num_classes: int) -> list[int]:

@@ -22,9 +22,10 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from ..data import DatasetSource, load_split
-from . import splits
-from .splits import ScenarioError
+from ...data import DatasetSource, load_split
+from ...scenario import ScenarioError
+from ..splits import kind as splits
+from . import protocol as gtep
 
 MULTI_DATASET = True   # build() gets the dataset registry: the two phases use different datasets
 
@@ -49,7 +50,7 @@ TASK_CONFIG = re.compile(r"^(\d+)-(equal|half)$")
 def check(spec) -> None:
     """Load-time checks (before any item is made): both datasets named, class ranges well formed
     and disjoint on the same dataset, a validation split for the tuning phase."""
-    from ..hparams import GENERAL_TABLES
+    from ...hparams import GENERAL_TABLES
     o = spec.options
     for side in ("tune", "eval"):
         if not o[f"{side}_dataset"]:
@@ -197,13 +198,11 @@ def build(spec, datasets, seed: int, device: torch.device, data_root=None, downl
 
 def collect(node, suite, spec, methods, seeds):
     """Tuning and evaluation items (clharness.gtep); S is the scenario's ``trials``, not --clh-seeds."""
-    from .. import gtep
     yield from gtep.collect(node, suite, spec, methods, seeds)
 
 
 def terminal_summary(clh, terminalreporter) -> None:
     """The GTEP section at session end: tuning vs evaluation phase per method."""
-    from .. import gtep
     text = gtep.section(clh.records, clh.harness)
     if text:
         terminalreporter.section("clharness GTEP: tuning phase (D^HT) vs evaluation phase (D^E), ranked by P^E")
@@ -212,5 +211,15 @@ def terminal_summary(clh, terminalreporter) -> None:
 
 def write_scorecard(path, records, harness) -> None:
     """The GTEP section of a --clh-scorecard file."""
-    from .. import gtep
     gtep.write_section(path, records, harness)
+
+
+split_scenario = gtep.split_scenario   # GTEP names its runs X:tune-cK / X:eval (scorecard pairs by X)
+
+
+def report_sections(records, fmt, harness) -> list[tuple[str, str]]:
+    """``clharness report``: the tuning-vs-evaluation table when the records hold GTEP runs."""
+    if not any(map(gtep.is_gtep, records)):
+        return []
+    text = gtep.section(records, harness(), fmt=fmt)
+    return [("GTEP: tuning phase (D^HT) vs evaluation phase (D^E), ranked by P^E", text)] if text else []

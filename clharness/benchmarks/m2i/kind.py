@@ -30,11 +30,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import augment
-from ..data import ArrayDataset, DatasetMissing, TensorData, load_split
-from ..method import Setting
-from ..suites import ScenarioSpec
-from .splits import Scenario, ScenarioError, Task
+from ... import augment
+from ...data import ArrayDataset, DatasetMissing, TensorData, load_split
+from ...method import Setting
+from ...suites import ScenarioSpec
+from ...scenario import Scenario, ScenarioError, Task
 
 MULTI_DATASET = True
 

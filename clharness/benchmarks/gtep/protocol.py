@@ -1,0 +1,428 @@
+"""GTEP, the generalizable two-phase evaluation protocol ("Hyperparameters in continual learning:
+a reality check", Sec. 3.2, Algorithms 1-3), as pytest items of the ``gtep`` scenario kind.
+
+Phase 1 (Alg. 2): per method, R configurations drawn from its search space (configuration k from a
+``random.Random`` seeded by (suite, scenario, method, k)), each run on S trials of D^HT (a fresh
+model, the class order shuffled by the trial's seed) and scored on D^HT's validation split. One
+item per run: ``<suite>::<scenario>[<method>-tune-c<k>-t<s>]``. Phase 2 (Alg. 3): one item per
+trial, ``[<method>-eval-t<s>]``, that waits for the method's tuning records (``ClhSession.wait_for``,
+so it works across pytest-xdist workers), selects H* (Alg. 1 SelectBestHyperparameter: the highest
+harmonic mean of final Acc and AvgAcc, averaged over the trials) and runs it on D^E.
+
+Every run is a ``runner.Case`` whose content hash keys the results store, so an interrupted tuning
+phase resumes where it stopped and methods never share or redo each other's runs. Records carry the
+phase in their scenario name (``<scenario>:tune-c<k>`` / ``<scenario>:eval``), so the store and
+``clharness report`` can be queried per configuration; ``summarize`` rebuilds the protocol's
+outputs (tuning vs evaluation score, gap, H*, spread, diverged trials, cost, Kendall tau) from them.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import random
+import re
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from ...hparams import GENERAL, GENERAL_TABLES, HParamError, Param, check_space, choice_from_values, general_space
+from ...results import RunRecord
+
+BUDGET = ("epochs", "batch_size")   # general parameters that are scenario budgets, not method arguments
+HELD_AT_DEFAULT = ("momentum",)     # optimizer details the paper does not search (SGD momentum 0.9 fixed)
+PHASE = re.compile(r"^(?P<scenario>.+):(?:tune-c(?P<k>\d+)|eval)$")
+
+
+# ----------------------------------------------------------------------------- search spaces
+@dataclass(frozen=True)
+class MethodSpace:
+    """What GTEP searches for one method, and what it could not."""
+    space: dict[str, Param]
+    fixed: dict[str, Any]            # held-fixed values this method takes
+    own: tuple[str, ...]             # its method-specific parameters (empty: general only)
+    not_tunable: tuple[str, ...]     # general parameters the method does not accept
+
+
+def method_space(method_cls, options: Mapping[str, Any]) -> MethodSpace:
+    """The method's GTEP space: the general sets (``general`` table, ``search."*"`` and
+    ``search.<method>`` overrides) restricted to what the method accepts, plus its own: the
+    suite's ``search.<method>`` sets when they name method-specific parameters, else its
+    ``tuning_space`` when it declares one (the paper's tables 4-5 for the methods it covers), else
+    its declared ``hparams`` beyond the general ones. ``fixed`` values leave the space. Errors
+    (unknown names, empty sets, a conditional parameter without its parent) raise HParamError."""
+    name = method_cls.name
+    owner = f"gtep search space of method {name!r}"
+    search = options.get("search", {})
+    overrides = {**search.get("*", {}), **search.get(name, {})}
+    general = general_space(GENERAL_TABLES[options.get("general", "table4")],
+                            **{k: v for k, v in overrides.items() if k in GENERAL})
+    accepted = set(BUDGET) | set(method_cls.hparams)
+    not_tunable = tuple(k for k in general if k not in accepted)
+    space = {k: p for k, p in general.items() if k in accepted}
+    declared = getattr(method_cls, "tuning_space", None)
+    if any(k not in GENERAL for k in search.get(name, {})):
+        declared = {}   # the suite's sets for its own parameters are the method's whole own space
+    elif declared is None:
+        declared = {k: p for k, p in method_cls.hparams.items() if k not in GENERAL and k not in HELD_AT_DEFAULT}
+    own = dict(declared)
+    for key, values in search.get(name, {}).items():
+        if key in GENERAL:
+            continue
+        if key not in method_cls.hparams:
+            raise HParamError(f"{owner}: search.{name}.{key}: {name!r} has no hyperparameter {key!r}; "
+                              f"declared: {sorted(method_cls.hparams)}")
+        own[key] = choice_from_values(owner, key, values, when=getattr(method_cls.hparams[key], "when", None))
+    for key in own:
+        if key not in method_cls.hparams:
+            raise HParamError(f"{owner}: tuning_space names {key!r}, which {name!r} does not declare in hparams "
+                              f"(declared: {sorted(method_cls.hparams)})")
+    space.update(own)
+    fixed = {}
+    for key, value in options.get("fixed", {}).items():
+        if key in accepted:
+            fixed[key] = method_cls.hparams[key].check(key, value) if key in method_cls.hparams else value
+            space.pop(key, None)
+    # a conditional parameter whose parent is held fixed stays only if the fixed value enables it
+    for key in [k for k, p in space.items() if any(parent in fixed for parent in p.when)]:
+        if not all(fixed.get(parent, None) in allowed for parent, allowed in space[key].when.items() if parent in fixed):
+            space.pop(key)
+        else:
+            space[key] = copy.copy(space[key])   # the method's own Param objects are shared: never mutate them
+            object.__setattr__(space[key], "when", {p: v for p, v in space[key].when.items() if p not in fixed})
+    check_space(owner, space)
+    for key, param in space.items():   # every value the space can draw must be one the method accepts
+        for value in getattr(param, "values", ()):
+            if key in method_cls.hparams:
+                method_cls.hparams[key].check(key, value)
+    return MethodSpace(space, fixed, tuple(own), not_tunable)
+
+
+def draw(space: Mapping[str, Param], suite: str, scenario: str, method: str, k: int) -> dict[str, Any]:
+    """Configuration k of a method (Alg. 2 lines 3-5): seeded by its identity, never global state."""
+    from ...hparams import sample
+    return sample(space, random.Random(f"gtep/{suite}/{scenario}/{method}/{k}"))
+
+
+# ----------------------------------------------------------------------------- cases
+def phase_spec(spec, phase: str, config: Mapping[str, Any], k: int | None = None):
+    """The ScenarioSpec of one phase run: the phase's dataset and classes, the configuration's
+    budgets; only what defines the run stays in its options (R, S and search sets do not, so
+    changing them keeps the stored runs)."""
+    o = spec.options
+    side = "tune" if phase == "tune" else "eval"
+    return replace(spec, name=f"{spec.name}:tune-c{k}" if phase == "tune" else f"{spec.name}:eval",
+                   dataset=o[f"{side}_dataset"], dataset_options=dict(o[f"{side}_dataset_options"]),
+                   epochs=config.get("epochs", spec.epochs), batch_size=config.get("batch_size", spec.batch_size),
+                   options={"phase": phase, "classes": list(o[f"{side}_classes"]), "task_config": o["task_config"],
+                            "split_seed": o["split_seed"]})
+
+
+def make_case(suite, spec, method_cls, base_hparams, space: MethodSpace, config, phase, trial, k=None):
+    from ...runner import Case, resolve_hparams
+    args = {**space.fixed, **config}
+    hparams = resolve_hparams(method_cls, base_hparams, {a: v for a, v in args.items() if a in method_cls.hparams})
+    budgets = {a: v for a, v in args.items() if a in BUDGET}
+    return Case(suite.name, phase_spec(spec, phase, budgets, k), method_cls.name, trial, hparams)
+
+
+# ----------------------------------------------------------------------------- selection
+def hmean_score(record: RunRecord) -> float:
+    """P_s of one trial: harmonic mean of final Acc and AvgAcc (Sec. 4.1); NaN when it did not pass."""
+    from ...metrics import harmonic_mean
+    if record.status != "passed":
+        return math.nan
+    return harmonic_mean(record.metrics.get("final_acc", math.nan), record.metrics.get("avg_inc_acc", math.nan))
+
+
+def select_best(tuning: Mapping[int, list[RunRecord]]) -> tuple[int | None, dict[int, float]]:
+    """Alg. 1 SelectBestHyperparameter: P_r = mean over the S trials of P_s (Alg. 2 line 10); the
+    configuration with the highest P_r wins (ties: the lowest k). A configuration with a diverged or
+    failed trial has P_r = NaN and cannot win; if every one has, there is no H* (the paper's BEEF NaN)."""
+    scores = {k: float(np.mean([hmean_score(r) for r in recs])) if recs else math.nan
+              for k, recs in sorted(tuning.items())}
+    finite = {k: v for k, v in scores.items() if not math.isnan(v)}
+    if not finite:
+        return None, scores
+    best = max(finite.values())
+    return min(k for k, v in finite.items() if v == best), scores
+
+
+# ----------------------------------------------------------------------------- outputs
+def split_scenario(name: str) -> tuple[str, str, int | None] | None:
+    """``scenario:tune-c3`` -> (scenario, "tune", 3); ``scenario:eval`` -> (scenario, "eval", None)."""
+    m = PHASE.match(name)
+    if not m:
+        return None
+    return m["scenario"], "tune" if m["k"] is not None else "eval", None if m["k"] is None else int(m["k"])
+
+
+def is_gtep(record: RunRecord) -> bool:
+    return split_scenario(record.scenario) is not None
+
+
+def summarize(records: Iterable[RunRecord], spaces: Mapping[str, MethodSpace] | None = None):
+    """Per (suite, scenario, method): the tuning-phase score of H* on D^HT (what the conventional
+    protocol reports), the evaluation-phase score P^E on D^E (mean ± 95% CI over trials), the gap
+    (overestimation), H*, the spread over evaluation trials, diverged/failed trials, parameters and
+    training time. Scores are final Acc; the selection criterion (harmonic mean) is shown too.
+    ``spaces`` (method -> its MethodSpace) marks methods tuned over the general parameters only
+    and general parameters a method does not accept."""
+    import pandas as pd
+
+    from ...metrics import mean_ci
+    groups: dict[tuple, dict] = {}
+    for r in records:
+        parsed = split_scenario(r.scenario)
+        if parsed is None:
+            continue
+        scenario, phase, k = parsed
+        g = groups.setdefault((r.suite, scenario, r.method), {"tune": {}, "eval": []})
+        if phase == "tune":
+            g["tune"].setdefault(k, {})[r.seed] = r
+        else:
+            g["eval"].append(r)
+    rows = []
+    for (suite, scenario, method), g in groups.items():
+        tuning = {k: list(v.values()) for k, v in g["tune"].items()}
+        best, scores = select_best(tuning)
+        chosen = tuning.get(best, [])
+        evals = [r for r in g["eval"] if best is None or _same_config(r, chosen)]
+        acc = lambda recs: [r.metrics.get("final_acc", math.nan) if r.status == "passed" else math.nan for r in recs]  # noqa: E731
+        tune_acc, tune_ci = mean_ci(acc(chosen))
+        eval_acc, eval_ci = mean_ci(acc(evals))
+        eval_h = [hmean_score(r) for r in evals]
+        all_tune = [r for recs in tuning.values() for r in recs]
+        passed_eval = [r for r in evals if r.status == "passed"]
+        rows.append({
+            "suite": suite, "scenario": scenario, "method": method,
+            "configs": len(tuning), "tune_runs": len(all_tune), "eval_trials": len(evals),
+            "tune_acc": tune_acc, "tune_acc_ci": tune_ci,
+            "tune_hmean": scores.get(best, math.nan) if best is not None else math.nan,
+            "eval_acc": eval_acc, "eval_acc_ci": eval_ci,
+            "eval_hmean": float(np.nanmean(eval_h)) if any(not math.isnan(v) for v in eval_h) else math.nan,
+            "gap": tune_acc - eval_acc,
+            "eval_std": float(np.std(acc(passed_eval), ddof=1)) if len(passed_eval) > 1 else math.nan,
+            "tune_diverged": sum(r.status != "passed" for r in all_tune),
+            "eval_diverged": sum(r.status != "passed" for r in evals),
+            "config": best, "hparams": _config_text(chosen[0] if chosen else None),
+            "parameters": int(np.mean([r.parameters for r in passed_eval])) if passed_eval else 0,
+            "eval_train_s": float(np.mean([r.train_seconds for r in passed_eval])) if passed_eval else math.nan,
+            "total_s": sum(r.train_seconds + r.eval_seconds for r in [*all_tune, *g["eval"]]),
+            "general_only": bool(spaces is not None and method in spaces and not spaces[method].own),
+            "not_tunable": ", ".join(spaces[method].not_tunable) if spaces and method in spaces else "",
+        })
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        frame["eval_rank"] = frame.groupby(["suite", "scenario"])["eval_acc"].rank(ascending=False, method="min")
+        frame["tune_rank"] = frame.groupby(["suite", "scenario"])["tune_acc"].rank(ascending=False, method="min")
+        frame = frame.sort_values(["suite", "scenario", "eval_rank", "method"], kind="stable").reset_index(drop=True)
+    return frame
+
+
+def _same_config(record: RunRecord, chosen: list[RunRecord]) -> bool:
+    return not chosen or record.hparams == chosen[0].hparams
+
+
+def _config_text(record: RunRecord | None) -> str:
+    if record is None:
+        return "-"
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.hparams.items())
+
+
+def ranking_change(frame) -> dict[tuple[str, str], dict[str, float]]:
+    """Kendall tau (and Spearman rho) between the tuning-phase and evaluation-phase scores of the
+    methods of each scenario: 1 = the conventional protocol ranks them as GTEP does."""
+    from ...metrics import rank_correlation
+    out = {}
+    for (suite, scenario), group in frame.groupby(["suite", "scenario"], sort=False):
+        ok = group.dropna(subset=["tune_acc", "eval_acc"])
+        out[(suite, scenario)] = (rank_correlation(ok.tune_acc, ok.eval_acc) if len(ok) >= 2
+                                  else {"spearman": math.nan, "spearman_p": math.nan, "kendall": math.nan, "kendall_p": math.nan})
+    return out
+
+
+def render(frame, fmt: str = "github") -> str:
+    """The GTEP section: methods ranked by the evaluation phase, with the ranking change."""
+    from tabulate import tabulate
+    if frame.empty:
+        return "(no GTEP runs)"
+    lines = []
+    taus = ranking_change(frame)
+    for (suite, scenario), group in frame.groupby(["suite", "scenario"], sort=False):
+        table = []
+        for _, r in group.iterrows():
+            notes = []
+            if r.general_only:
+                notes.append("general parameters only (no declared space)")
+            if r.not_tunable:
+                notes.append(f"does not take general parameter(s) {r.not_tunable}")
+            if _missing(r.config):
+                notes.append("no configuration finished every tuning trial (NaN)")
+            table.append([int(r.eval_rank) if not math.isnan(r.eval_rank) else "-", r.method,
+                          _pm(r.tune_acc, r.tune_acc_ci), _pm(r.eval_acc, r.eval_acc_ci), _num(r.gap, signed=True),
+                          _num(r.tune_hmean), _num(r.eval_hmean), _num(r.eval_std),
+                          f"{r.tune_diverged}/{r.tune_runs}", f"{r.eval_diverged}/{r.eval_trials}",
+                          int(r.tune_rank) if not math.isnan(r.tune_rank) else "-",
+                          f"{r.parameters:,}", _num(r.eval_train_s, 2), _num(r.total_s, 1),
+                          "-" if _missing(r.config) else f"c{int(r.config)}: {r.hparams}", "; ".join(notes)])
+        tau = taus[(suite, scenario)]["kendall"]
+        lines.append(f"{suite}::{scenario}  (Kendall tau, tuning vs evaluation ranking: "
+                     f"{'-' if math.isnan(tau) else f'{tau:.3f}'}; "
+                     f"{'ranking unchanged' if math.isclose(tau, 1.0) else 'ranking changes' if not math.isnan(tau) else 'fewer than 2 methods'})")
+        lines.append(tabulate(table, headers=["rank", "method", "tune acc (D^HT val)", "eval acc P^E (D^E)", "gap",
+                                              "tune H", "eval H", "eval std", "tune NaN", "eval NaN", "tune rank",
+                                              "params", "eval train s", "protocol s", "chosen H*", "notes"],
+                              tablefmt=fmt, disable_numparse=True))
+    return "\n\n".join(lines)
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _num(v, digits: int = 3, signed: bool = False) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+
+
+def _pm(mean, ci) -> str:
+    if mean is None or math.isnan(mean):
+        return "NaN"
+    return f"{mean:.3f} ± {ci:.3f}" if ci and not math.isnan(ci) else f"{mean:.3f}"
+
+
+def method_spaces(harness, methods: Iterable[str], options=None) -> dict[str, MethodSpace]:
+    """method -> its GTEP space (default options), for the scorecard's notes."""
+    out = {}
+    for m in methods:
+        try:
+            out[m] = method_space(harness.methods[m], options or {})
+        except (LookupError, HParamError):
+            continue
+    return out
+
+
+# ----------------------------------------------------------------------------- pytest items
+def collect(node, suite, spec, methods, seeds):
+    """The kind's items: per method, R x S tuning items, then S evaluation items. Every search
+    space is checked here, before any training; a bad one fails the suite's collection."""
+    from ...pytest_plugin import CaseItem, make_item, session_key
+    from ...runner import case_key
+    from ...suites import SuiteError
+    clh = node.config.stash[session_key]
+    o = spec.options
+    R, S = o["configurations"], o["trials"]
+    for method in methods:
+        method_cls = clh.harness.methods[method]
+        try:
+            space = method_space(method_cls, o)
+            base = suite.hparams.get(method, {})
+            configs = [draw(space.space, suite.name, spec.name, method, k) for k in range(R)]
+            cases = [[make_case(suite, spec, method_cls, base, space, configs[k], "tune", s, k) for s in range(S)]
+                     for k in range(R)]
+        except HParamError as exc:
+            raise SuiteError(f"{node.path}: scenario {spec.name!r}: {exc}") from None
+        tune_keys = {}
+        for k in range(R):
+            for s in range(S):
+                item = make_item(CaseItem, node, f"{spec.name}[{method}-tune-c{k}-t{s}]", _run_tune)
+                item.case, item.case_key = cases[k][s], case_key(cases[k][s], method_cls)
+                item.amend = phase_amend(cases[k][s])   # also for records kept by a remote runner at session end
+                tune_keys.setdefault(k, []).append(item.case_key)
+                yield item
+        for s in range(S):
+            item = make_item(EvalItem, node, f"{spec.name}[{method}-eval-t{s}]", _run_eval)
+            item.suite, item.spec, item.method, item.trial = suite, spec, method, s
+            item.space, item.configs, item.tune_keys = space, configs, tune_keys
+            yield item
+
+
+def _eval_item_class():
+    import pytest
+
+    class EvalItem(pytest.Function):
+        """Alg. 3 for one trial: waits for the method's tuning records, selects H*, runs it on D^E."""
+
+        def reportinfo(self):
+            return self.path, 0, f"{self.suite.name}::{self.spec.name}[{self.method}-eval-t{self.trial}]"
+    return EvalItem
+
+
+EvalItem = _eval_item_class()
+
+
+def _run_eval(request) -> None:
+    import pytest
+
+    from ...pytest_plugin import session_key
+    item = request.node
+    clh = request.config.stash[session_key]
+    keys = [key for ks in item.tune_keys.values() for key in ks]
+    records, missing = clh.wait_for(keys)
+    by_key = {r.key: r for r in records}
+    if missing:
+        pytest.fail(f"GTEP {item.method}: {len(missing)} of {len(keys)} tuning runs have no record (not run in this "
+                    f"session and not in {request.config.getoption('clh_results')}); run the "
+                    f"'{item.method}-tune' items first", pytrace=False)
+    best, scores = select_best({k: [by_key[key] for key in ks] for k, ks in item.tune_keys.items()})
+    if best is None:
+        pytest.fail(f"GTEP {item.method}: every configuration diverged or failed in a tuning trial; no H* "
+                    f"(reported as NaN, as the paper reports BEEF)", pytrace=False)
+    method_cls = clh.harness.methods[item.method]
+    case = make_case(item.suite, item.spec, method_cls, item.suite.hparams.get(item.method, {}), item.space,
+                     item.configs[best], "eval", item.trial)
+    _run_phase_case(request, case)
+
+
+def _run_tune(request) -> None:
+    _run_phase_case(request, request.node.case, divergence_expected=True)
+
+
+def _run_phase_case(request, case, divergence_expected: bool = False) -> None:
+    """Through the results store like plain cases; the record's hparams also show the budgets the
+    configuration set. A diverged tuning trial is counted as NaN in selection (as the paper counts
+    BEEF's), an expected outcome of random search, not a failure of the session."""
+    from ...pytest_plugin import run_stored_case
+    run_stored_case(request, case, phase_amend(case), divergence_expected)
+
+
+def phase_amend(case):
+    """The edit of a phase run's fresh record: its hparams also show the budgets its configuration set."""
+    def budgets(record):
+        record.hparams = {"epochs": case.scenario.epochs, "batch_size": case.scenario.batch_size, **record.hparams}
+    return budgets
+
+
+# ----------------------------------------------------------------------------- scorecard section
+def section(records: Iterable[RunRecord], harness=None, fmt: str = "github") -> str | None:
+    """The GTEP section of a scorecard, or None when ``records`` hold no GTEP runs."""
+    records = [r for r in records if is_gtep(r)]
+    if not records:
+        return None
+    spaces = method_spaces(harness, sorted({r.method for r in records})) if harness is not None else None
+    return render(summarize(records, spaces), fmt)
+
+
+def write_section(path, records: Iterable[RunRecord], harness=None) -> None:
+    """Add the GTEP section to a written scorecard: appended to .md, a "gtep" key in .json, a
+    sibling ``<name>.gtep.csv`` next to .csv."""
+    import json
+    from pathlib import Path
+    path = Path(path)
+    records = [r for r in records if is_gtep(r)]
+    if not records:
+        return
+    spaces = method_spaces(harness, sorted({r.method for r in records})) if harness is not None else None
+    frame = summarize(records, spaces)
+    if path.suffix == ".md":
+        with open(path, "a") as fh:
+            fh.write("\n## GTEP: tuning phase (D^HT) vs evaluation phase (D^E)\n\n" + render(frame) + "\n")
+    elif path.suffix == ".json":
+        data = json.loads(path.read_text())
+        data["gtep"] = json.loads(frame.to_json(orient="records"))
+        data["gtep_ranking"] = [{"suite": s, "scenario": sc, **v} for (s, sc), v in ranking_change(frame).items()]
+        path.write_text(json.dumps(data, indent=1))
+    elif path.suffix == ".csv":
+        frame.to_csv(path.with_name(path.stem + ".gtep.csv"), index=False)

@@ -1,0 +1,1 @@
+"""Split benchmarks (kind ``split``): class- and task-incremental splits of one dataset (kind.py)."""
