@@ -10,7 +10,7 @@ Conventions (shared with the rest of the harness):
   (final accuracy, the per-step accuracy inside average incremental accuracy): the
   sample-weighted mean of per-task accuracies equals the pooled accuracy, which is
   what class-incremental papers report when tasks have unequal class counts.
-  Per-task averaged metrics (BWT, FWT, ACC, AFM, ALA, forgetting) ignore weights.
+  Per-task averaged metrics (BWT, FWT, ACC, AA, AFM, ALA, forgetting) ignore weights.
 * NaN entries of ``R`` are allowed wherever the metric does not read them (e.g. the
   upper triangle for BWT, everything but the last row for final accuracy); a NaN
   that a metric does read makes that metric NaN rather than raising.
@@ -23,7 +23,23 @@ Papers (plain text in /work/shared/papers/):
   continual curriculum learning", Sec. 2.3, eqs. (1)-(3) (ACC, BWT, FWT, after
   Diaz-Rodriguez et al. 2018).
 * [CLDyB] "CLDyB: Towards dynamic benchmarking for continual learning with
-  pre-trained models", Sec. 2 eqs. (1)-(2) (AFM, ALA) and Sec. 5 footnote 1 (AR).
+  pre-trained models", Sec. 2 eqs. (1)-(2) (AFM, ALA), Sec. 5 (Final AA, the mean
+  over tasks of the final accuracies) and Sec. 5 footnote 1 (AR).
+
+Which accuracy each family's scorecard shows, under which name (issue 15 item 6).
+Two accuracies differ when task test sizes differ: the pooled, sample-weighted one
+("accuracy over all seen test samples", PyCIL's ``accy`` total) and the per-task mean.
+
+=========  ==========================  ======================================  =========
+family     paper's name                definition                              key
+=========  ==========================  ======================================  =========
+GTEP       Acc, AvgAcc (Sec. 4.1)      sample-weighted over all seen test      final_acc,
+                                       samples (PyCIL, the paper's code)       avg_inc_acc
+M2I / I2M  ACC (eq. 1), BWT, FWT       per-task mean over i >= j               acc
+CLDyB      Final AA, AR, ALA (Sec. 5)  per-task mean of the last row of R      aa, ar, ala
+STF        final accuracy              accuracy on the one pooled test set     final_acc
+splits     final acc, avg inc acc      sample-weighted (as GTEP)               final_acc
+=========  ==========================  ======================================  =========
 """
 from __future__ import annotations
 
@@ -34,7 +50,7 @@ import numpy as np
 from scipy import stats
 
 __all__ = [
-    "final_accuracy", "average_incremental_accuracy", "forgetting", "acc", "bwt",
+    "final_accuracy", "average_incremental_accuracy", "average_accuracy", "forgetting", "acc", "bwt",
     "fwt", "afm", "ala", "ar", "harmonic_mean", "mean_ci", "rank_correlation",
     "all_metrics", "METRIC_INFO", "HIGHER_IS_BETTER",
 ]
@@ -133,6 +149,14 @@ def harmonic_mean(acc: float, avg_acc: float) -> float:
     if a < 0 or b < 0:
         raise ValueError(f"harmonic_mean needs non-negative accuracies; got acc={a}, avg_acc={b}")
     return 0.0 if a == 0 or b == 0 else 2 * a * b / (a + b)
+
+
+def average_accuracy(R) -> float:
+    """Final average accuracy AA [CLDyB, Sec. 5 "Final AA", Table 1 "Final average
+    accuracy"]: ``1/T sum_j R[T-1, j]``, the per-task mean of the accuracies after the
+    last task. Every task counts once whatever its test size, unlike
+    :func:`final_accuracy` with weights (pooled over samples). Reads ``R[T-1, :]``."""
+    return float(np.mean(_matrix(R)[-1]))
 
 
 # -------------------------------------------------------------- Chaudhry forgetting
@@ -278,14 +302,15 @@ def all_metrics(R, weights=None, baseline=None) -> dict[str, float]:
         "afm": afm(R),
         "ala": ala(R),
         "ar": ar(R),
+        "aa": average_accuracy(R),
     }
     out["hmean"] = harmonic_mean(out["final_acc"], out["avg_inc_acc"])
     return out
 
 
 METRIC_INFO: dict[str, str] = {
-    "final_acc": "Final accuracy on all tasks' test data after the last task (GTEP Acc)",
-    "avg_inc_acc": "Mean over steps of accuracy on all tasks seen so far (GTEP AvgAcc)",
+    "final_acc": "Final accuracy over all test samples after the last task, sample-weighted (GTEP Acc, PyCIL)",
+    "avg_inc_acc": "Mean over steps of sample-weighted accuracy on all tasks seen so far (GTEP AvgAcc)",
     "forgetting": "Average forgetting: best past minus final accuracy per old task (Chaudhry 2018)",
     "bwt": "Backward transfer: mean R[i,j]-R[j,j] over i>j (M2I eq. 2)",
     "fwt": "Forward transfer: mean accuracy on unseen tasks, minus baseline if given (M2I eq. 3)",
@@ -293,6 +318,7 @@ METRIC_INFO: dict[str, str] = {
     "afm": "Average forgetting measure: R[j,j]-R[T-1,j] over old tasks (CLDyB eq. 1)",
     "ala": "Average learning accuracy: mean of R[j,j], right after learning (CLDyB eq. 2)",
     "ar": "Average retention = -AFM (CLDyB footnote 1)",
+    "aa": "Final average accuracy: per-task mean of the last row of R (CLDyB Final AA)",
     "hmean": "Harmonic mean of final_acc and avg_inc_acc (GTEP hyperparameter selection)",
 }
 

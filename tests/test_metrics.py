@@ -96,7 +96,7 @@ def test_all_metrics_and_tables():
     expected = {
         "final_acc": a, "avg_inc_acc": b, "forgetting": 0.25, "bwt": -0.1 / 3,
         "fwt": 0.35 / 3, "acc": 0.65, "afm": 0.15, "ala": 1.9 / 3, "ar": -0.15,
-        "hmean": 2 * a * b / (a + b),
+        "hmean": 2 * a * b / (a + b), "aa": 1.6 / 3,
     }
     assert set(out) == set(expected)
     for k, v in expected.items():
