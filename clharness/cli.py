@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--compare", metavar="SCORECARD.json", help="regression gates against a saved scorecard")
     run.add_argument("--max-drop", action="append", default=[], metavar="METRIC=VALUE",
                      help="allowed drop against --compare (repeatable; default: final_acc=0.02)")
+    run.add_argument("--log", action="append", default=[], metavar="tensorboard:DIR|wandb:PROJECT|mlflow:URI",
+                     help="log every trained run (repeatable; optional extras)")
     run.add_argument("-n", "--workers", metavar="N", help="pytest-xdist worker processes (e.g. 2 or auto)")
     run.add_argument("--ray", metavar="local|auto|ray://HOST:PORT",
                      help="run the cases as Ray tasks (pip install 'clharness[ray]'); see README 'Run on a cluster'")
@@ -117,6 +119,8 @@ def run_suites(args: argparse.Namespace) -> int:
         pytest_args += ["--clh-compare", args.compare]
     for drop in args.max_drop:
         pytest_args += ["--clh-max-drop", drop]
+    for log in args.log:
+        pytest_args += ["--clh-log", log]
     if args.workers:
         pytest_args += ["-n", args.workers]
     if args.ray:

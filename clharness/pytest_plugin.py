@@ -54,6 +54,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--clh-quick", action="store_true", help="shrunk budgets: the suites' [quick] settings")
     group.addoption("--clh-plugin", action="append", default=[], metavar="MODULE",
                     help="import MODULE as a clharness plugin; repeatable")
+    group.addoption("--clh-log", action="append", default=[], metavar="tensorboard:DIR|wandb:PROJECT|mlflow:URI",
+                    help="log every run this session trains (optional extras clharness[tensorboard|wandb|mlflow]); "
+                         "repeatable")
     group.addoption("--clh-ray", default=None, metavar="local|auto|ray://HOST:PORT",
                     help="run the cases as Ray tasks (pip install 'clharness[ray]'): local starts a Ray runtime "
                          "here, auto joins the cluster of `ray start`, ray://HOST:PORT uses Ray Client")
@@ -235,6 +238,12 @@ class ClhSession:
             harness = Harness(plugins=tuple(self.config.getoption("clh_plugin")))
             for plugin, source in self._plugins:
                 harness.register(plugin, source=source)
+            from .loggers import LoggerError, make_logger
+            for spec in self.config.getoption("clh_log"):
+                try:
+                    harness.register(make_logger(spec), source=f"--clh-log {spec}")
+                except LoggerError as exc:
+                    raise pytest.UsageError(str(exc)) from None
             self._harness = harness
         from .registry import RegistryError
         try:   # builds the registries once (again after a late conftest): a clash is the user's to fix
