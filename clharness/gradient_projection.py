@@ -24,8 +24,8 @@ class TaskMemory:
         self.tasks: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def add(self, experience) -> None:
-        # the first shuffled batch of size per_task is a uniform random subset of the task
-        for batch in experience.batches(batch_size=self.per_task, shuffle=True, generator=self.gen):
+        # the first shuffled batch of size per_task is a uniform random subset of the task (raw views)
+        for batch in experience.batches(batch_size=self.per_task, shuffle=True, generator=self.gen, augment=False):
             self.tasks.append((batch.x.detach().clone(), batch.y.clone()))
             return
 
