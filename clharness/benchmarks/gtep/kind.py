@@ -43,6 +43,8 @@ OPTIONS = {
     "general": (str, "table4"),                # general search sets: "table4" (ResNet) or "table5" (ViT)
     "search": (dict, {}),                      # {"*" | method: {param: [values]}}: search sets
     "fixed": (dict, {}),                       # {param: value}: held fixed, not searched
+    "selection": (str, "mean-of-hmeans"),      # Alg. 1's criterion: "mean-of-hmeans" (Alg. 2 line 10) or
+                                               # "hmean-of-means" (protocol.SELECTION_RULES)
 }
 TASK_CONFIG = re.compile(r"^(\d+)-(equal|half)$")
 
@@ -69,6 +71,9 @@ def check(spec) -> None:
     for key in ("configurations", "trials"):
         if o[key] < 1:
             raise ValueError(f"{key} = {o[key]} must be at least 1")
+    if o["selection"] not in gtep.SELECTION_RULES:
+        raise ValueError(f"selection = {o['selection']!r}; allowed: {', '.join(gtep.SELECTION_RULES)} "
+                         "(mean over trials of each trial's harmonic mean, or harmonic mean of the trial means)")
     if o["general"] not in GENERAL_TABLES:
         raise ValueError(f"general = {o['general']!r}; allowed: {', '.join(GENERAL_TABLES)}")
     if not 0 < spec.validation < 1:

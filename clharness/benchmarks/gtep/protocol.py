@@ -135,12 +135,42 @@ def hmean_score(record: RunRecord) -> float:
     return harmonic_mean(record.metrics.get("final_acc", math.nan), record.metrics.get("avg_inc_acc", math.nan))
 
 
-def select_best(tuning: Mapping[int, list[RunRecord]]) -> tuple[int | None, dict[int, float]]:
-    """Alg. 1 SelectBestHyperparameter: P_r = mean over the S trials of P_s (Alg. 2 line 10); the
-    configuration with the highest P_r wins (ties: the lowest k). A configuration with a diverged or
-    failed trial has P_r = NaN and cannot win; if every one has, there is no H* (the paper's BEEF NaN)."""
-    scores = {k: float(np.mean([hmean_score(r) for r in recs])) if recs else math.nan
-              for k, recs in sorted(tuning.items())}
+# Alg. 1's criterion read two ways. The paper's default is what Alg. 2 writes out: each trial s
+# scores P_s^HT (line 9), and a configuration's score is their mean,
+#     "P_r^HT <- 1/S sum_{s=1}^S P_s^HT"            (Alg. 2, line 10),
+# with the per-trial performance being the selection metric of Sec. 4.1: "The hyperparameters that
+# yield the highest harmonic mean of Acc and AvgAcc are selected during the hyperparameter tuning
+# phase". Hence "mean-of-hmeans". The other reading, "hmean-of-means", takes Acc and AvgAcc averaged
+# over the S trials first and their harmonic mean after (the harmonic mean of the reported
+# "Acc / AvgAcc" means of Tables 7-8); it can pick a different configuration.
+SELECTION_RULES = ("mean-of-hmeans", "hmean-of-means")
+DEFAULT_SELECTION = "mean-of-hmeans"
+
+
+def config_score(records: list[RunRecord], rule: str = DEFAULT_SELECTION) -> float:
+    """P_r^HT of one configuration from its S tuning trials under ``rule`` (see SELECTION_RULES):
+    "mean-of-hmeans" = mean_s H(Acc_s, AvgAcc_s) (Alg. 2 line 10, the default); "hmean-of-means"
+    = H(mean_s Acc_s, mean_s AvgAcc_s). NaN when a trial did not pass or there are no trials."""
+    from ...metrics import harmonic_mean
+    if rule not in SELECTION_RULES:
+        raise ValueError(f"selection = {rule!r}; allowed: {', '.join(SELECTION_RULES)}")
+    if not records:
+        return math.nan
+    if rule == "mean-of-hmeans":
+        return float(np.mean([hmean_score(r) for r in records]))
+    if any(r.status != "passed" for r in records):
+        return math.nan
+    acc = float(np.mean([r.metrics.get("final_acc", math.nan) for r in records]))
+    avg = float(np.mean([r.metrics.get("avg_inc_acc", math.nan) for r in records]))
+    return harmonic_mean(acc, avg)
+
+
+def select_best(tuning: Mapping[int, list[RunRecord]], rule: str = DEFAULT_SELECTION
+                ) -> tuple[int | None, dict[int, float]]:
+    """Alg. 1 SelectBestHyperparameter: the configuration with the highest P_r (``config_score``
+    under ``rule``) wins (ties: the lowest k). A configuration with a diverged or failed trial has
+    P_r = NaN and cannot win; if every one has, there is no H* (the paper's BEEF NaN)."""
+    scores = {k: config_score(recs, rule) for k, recs in sorted(tuning.items())}
     finite = {k: v for k, v in scores.items() if not math.isnan(v)}
     if not finite:
         return None, scores
@@ -185,7 +215,7 @@ def summarize(records: Iterable[RunRecord], spaces: Mapping[str, MethodSpace] | 
     rows = []
     for (suite, scenario, method), g in groups.items():
         tuning = {k: list(v.values()) for k, v in g["tune"].items()}
-        best, scores = select_best(tuning)
+        rule, best, scores, other_rule, other_best = _selections(tuning, g["eval"])
         chosen = tuning.get(best, [])
         evals = [r for r in g["eval"] if best is None or _same_config(r, chosen)]
         acc = lambda recs: [r.metrics.get("final_acc", math.nan) if r.status == "passed" else math.nan for r in recs]  # noqa: E731
@@ -206,6 +236,9 @@ def summarize(records: Iterable[RunRecord], spaces: Mapping[str, MethodSpace] | 
             "tune_diverged": sum(r.status != "passed" for r in all_tune),
             "eval_diverged": sum(r.status != "passed" for r in evals),
             "config": best, "hparams": _config_text(chosen[0] if chosen else None),
+            "selection": rule, "other_selection": other_rule, "other_config": other_best,
+            "other_hparams": _config_text(tuning[other_best][0] if other_best in tuning else None),
+            "readings_differ": other_best != best,
             "parameters": int(np.mean([r.parameters for r in passed_eval])) if passed_eval else 0,
             "eval_train_s": float(np.mean([r.train_seconds for r in passed_eval])) if passed_eval else math.nan,
             "total_s": sum(r.train_seconds + r.eval_seconds for r in [*all_tune, *g["eval"]]),
@@ -218,6 +251,18 @@ def summarize(records: Iterable[RunRecord], spaces: Mapping[str, MethodSpace] | 
         frame["tune_rank"] = frame.groupby(["suite", "scenario"])["tune_acc"].rank(ascending=False, method="min")
         frame = frame.sort_values(["suite", "scenario", "eval_rank", "method"], kind="stable").reset_index(drop=True)
     return frame
+
+
+def _selections(tuning, evals):
+    """Both readings of Alg. 1 on one method's tuning records: (rule used, its H*, its scores,
+    the other rule, its H*). The rule used is the one whose H* the evaluation records ran (a
+    record does not name its suite's ``selection``); the default when both or neither match."""
+    picks = {rule: select_best(tuning, rule) for rule in SELECTION_RULES}
+    ran = [rule for rule, (best, _) in picks.items()
+           if best is not None and evals and all(_same_config(r, tuning[best]) for r in evals)]
+    rule = ran[0] if len(ran) == 1 else DEFAULT_SELECTION
+    other = next(r for r in SELECTION_RULES if r != rule)
+    return rule, picks[rule][0], picks[rule][1], other, picks[other][0]
 
 
 def _same_config(record: RunRecord, chosen: list[RunRecord]) -> bool:
@@ -259,6 +304,9 @@ def render(frame, fmt: str = "github") -> str:
                 notes.append(f"does not take general parameter(s) {r.not_tunable}")
             if _missing(r.config):
                 notes.append("no configuration finished every tuning trial (NaN)")
+            if r.readings_differ:
+                notes.append(f"{r.other_selection} would choose "
+                             f"{'none (NaN)' if _missing(r.other_config) else f'c{int(r.other_config)}: {r.other_hparams}'}")
             table.append([int(r.eval_rank) if not math.isnan(r.eval_rank) else "-", r.method,
                           _pm(r.tune_acc, r.tune_acc_ci), _pm(r.eval_acc, r.eval_acc_ci), _num(r.gap, signed=True),
                           _num(r.tune_hmean), _num(r.eval_hmean), _num(r.eval_std),
@@ -366,7 +414,8 @@ def _run_eval(request) -> None:
         pytest.fail(f"GTEP {item.method}: {len(missing)} of {len(keys)} tuning runs have no record (not run in this "
                     f"session and not in {request.config.getoption('clh_results')}); run the "
                     f"'{item.method}-tune' items first", pytrace=False)
-    best, scores = select_best({k: [by_key[key] for key in ks] for k, ks in item.tune_keys.items()})
+    best, scores = select_best({k: [by_key[key] for key in ks] for k, ks in item.tune_keys.items()},
+                               item.spec.options.get("selection", DEFAULT_SELECTION))
     if best is None:
         pytest.fail(f"GTEP {item.method}: every configuration diverged or failed in a tuning trial; no H* "
                     f"(reported as NaN, as the paper reports BEEF)", pytrace=False)
