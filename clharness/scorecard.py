@@ -15,18 +15,37 @@ from .results import RunRecord
 # The columns of the default scorecard: metric keys or record fields.
 COLUMNS = ("final_acc", "avg_inc_acc", "forgetting", "bwt", "train_seconds", "memory_mb")
 HEADERS = {"final_acc": "final acc", "avg_inc_acc": "avg inc acc", "forgetting": "forgetting", "bwt": "BWT",
-           "fwt": "FWT", "acc": "ACC", "info_retention": "info retention", "afm": "AFM", "ala": "ALA", "ar": "AR", "hmean": "H(acc, avg)",
+           "fwt": "FWT", "acc": "ACC", "info_retention": "info retention", "afm": "AFM", "ala": "ALA", "ar": "AR", "aa": "AA", "hmean": "H(acc, avg)",
            "train_seconds": "train s", "eval_seconds": "eval s", "memory_mb": "memory MB",
            "peak_cuda_mb": "peak CUDA MB", "parameters": "params"}
 KEYS = ["suite", "scenario", "method"]
 
 
 def default_columns(records: Iterable[RunRecord]) -> list[str]:
-    """COLUMNS, plus the metrics a scenario kind adds of its own (STF's info_retention, ...),
-    shown before the costs."""
+    """COLUMNS, plus the metrics a scenario kind adds of its own, in a fixed order: accuracy-like
+    ones (STF's info_retention, ...) after the four accuracy columns, timings (``*_seconds``)
+    after ``train_seconds``, each group sorted by name. A table then drops the ones its own
+    records do not carry (:func:`carried`)."""
     from .metrics import METRIC_INFO
     extra = sorted({k for r in records for k in r.metrics} - set(METRIC_INFO) - set(COLUMNS))
-    return [*COLUMNS[:4], *extra, *COLUMNS[4:]]
+    timings = [k for k in extra if k.endswith("_seconds")]
+    scores = [k for k in extra if k not in timings]
+    return [*COLUMNS[:4], *scores, COLUMNS[4], *timings, *COLUMNS[5:]]
+
+
+def heading(column: str) -> str:
+    """A column's table heading: HEADERS, else the key made readable (``lookahead_seconds`` ->
+    ``look-ahead s``, ``info_retention`` -> ``info retention``)."""
+    if column in HEADERS:
+        return HEADERS[column]
+    name = column[:-len("_seconds")] + " s" if column.endswith("_seconds") else column
+    return name.replace("lookahead", "look-ahead").replace("_", " ")
+
+
+def carried(summary: pd.DataFrame, columns: Sequence[str]) -> list[str]:
+    """The ``columns`` (in their order) that at least one row of ``summary`` has a value for: a
+    table of one family's runs shows no other family's metrics."""
+    return [c for c in columns if c in summary and summary[c].notna().any()]
 _FIELDS = ("train_seconds", "eval_seconds", "memory_mb", "peak_cuda_mb", "peak_rss_mb", "parameters")
 
 
@@ -96,6 +115,7 @@ def render(summary: pd.DataFrame, columns: Sequence[str] = COLUMNS, fmt: str = "
     """The summary as text: ``mean ± ci`` cells, one row per method and scenario."""
     if summary.empty:
         return "(no runs)"
+    columns = carried(summary, columns)
     table = []
     for _, row in summary.iterrows():
         cells = [f"{row.suite}::{row.scenario}", row.method, row.seeds]
@@ -103,7 +123,7 @@ def render(summary: pd.DataFrame, columns: Sequence[str] = COLUMNS, fmt: str = "
         problems = [f"{row[s]} {s}" for s in ("failed", "diverged", "error", "not-applicable") if row[s]]
         cells.append(", ".join(problems))
         table.append(cells)
-    headers = ["scenario", "method", "seeds", *(HEADERS.get(c, c) for c in columns), "problems"]
+    headers = ["scenario", "method", "seeds", *map(heading, columns), "problems"]
     return tabulate(table, headers=headers, tablefmt=fmt, disable_numparse=True)
 
 

@@ -126,18 +126,33 @@ def test_a_bad_option_fails_the_pytest_session_with_the_message(pytester):
 def test_summary_robustness_is_the_mean_final_accuracy_over_ic_sequences():
     from clharness.benchmarks.cldyb.kind import summary_rows
     from clharness.results import RunRecord
-    records = [RunRecord("s", "m/cc", "a", 0, status="passed", metrics={"final_acc": 0.2, "ar": -0.1, "ala": 0.5},
+    records = [RunRecord("s", "m/cc", "a", 0, status="passed", metrics={"aa": 0.2, "ar": -0.1, "ala": 0.5},
                          memory_mb=1.5),
-               RunRecord("s", "m/cc", "a", 1, status="passed", metrics={"final_acc": 0.4, "ar": -0.3, "ala": 0.7},
+               RunRecord("s", "m/cc", "a", 1, status="passed", metrics={"aa": 0.4, "ar": -0.3, "ala": 0.7},
                          memory_mb=2.5),
-               RunRecord("s", "m/ic", "a", 0, status="passed", metrics={"final_acc": 0.1}),
-               RunRecord("s", "m/ic", "a", 1, status="passed", metrics={"final_acc": 0.3}),
-               RunRecord("s", "m/ic", "a", 2, status="failed", metrics={"final_acc": 0.9}),
-               RunRecord("s", "m/random", "b", 0, status="passed", metrics={"final_acc": 0.9})]
+               RunRecord("s", "m/ic", "a", 0, status="passed", metrics={"aa": 0.1}),
+               RunRecord("s", "m/ic", "a", 1, status="passed", metrics={"aa": 0.3}),
+               RunRecord("s", "m/ic", "a", 2, status="failed", metrics={"aa": 0.9}),
+               RunRecord("s", "m/random", "b", 0, status="passed", metrics={"aa": 0.9})]
     a, b = summary_rows(records)
-    assert a["robustness"][0] == pytest.approx(0.2) and a["cc_final_acc"][0] == pytest.approx(0.3)
+    assert a["robustness"][0] == pytest.approx(0.2) and a["cc_aa"][0] == pytest.approx(0.3)
     assert a["cc_ar"][0] == pytest.approx(-0.2) and a["cc_ala"][0] == pytest.approx(0.6) and a["memory_mb"] == 2.0
-    assert b["random_final_acc"] == (0.9, 0.0) and np.isnan(b["robustness"][0])
+    assert b["random_aa"] == (0.9, 0.0) and np.isnan(b["robustness"][0])
+
+
+def test_summary_aa_is_the_per_task_mean_not_the_sample_weighted_accuracy():
+    """Issue 15 item 6: tasks of 10 and 90 test images; CLDyB's Final AA is (0.2 + 0.9) / 2."""
+    from clharness.benchmarks.cldyb.kind import summary_rows
+    from clharness.metrics import all_metrics
+    from clharness.results import RunRecord
+    R = [[0.8, 0.0], [0.2, 0.9]]
+    new = RunRecord("s", "m/cc", "a", 0, status="passed", acc_matrix=R, task_sizes=[10, 90],
+                    metrics=all_metrics(R, [10, 90]))
+    old = RunRecord("s", "m/random", "a", 0, status="passed", acc_matrix=R, task_sizes=[10, 90],
+                    metrics={"final_acc": 0.83})   # stored before "aa" existed
+    (row,) = summary_rows([new, old])
+    assert new.metrics["final_acc"] == pytest.approx(0.83)
+    assert row["cc_aa"][0] == pytest.approx(0.55) and row["random_aa"][0] == pytest.approx(0.55)
 
 
 def test_relative_sequence_path_is_read_beside_the_suite_file(pytester):

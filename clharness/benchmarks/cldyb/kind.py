@@ -346,9 +346,19 @@ def _run_replay(request) -> None:
 
 
 # ---------------------------------------------------------------------------------- summary
+def _final_aa(record) -> float:
+    """CLDyB's Final AA: the per-task mean of R's last row (metrics.average_accuracy), not the
+    runner's sample-weighted ``final_acc``; recomputed from the matrix for records stored before
+    ``aa`` existed."""
+    from ...metrics import average_accuracy
+    if "aa" in record.metrics:
+        return record.metrics["aa"]
+    return average_accuracy(record.acc_matrix) if record.acc_matrix else math.nan
+
+
 def summary_rows(records) -> list[dict]:
     """Per (suite, scenario, method): CC AA/AR/ALA, robustness (mean final AA over IC sequences), memory,
-    random and held-out final AA (means over seeds)."""
+    random and held-out final AA (means over seeds). AA is the per-task mean (CLDyB Sec. 5)."""
     from ...metrics import mean_ci
     table: dict = {}
     for r in records:
@@ -360,11 +370,11 @@ def summary_rows(records) -> list[dict]:
     for (suite, base, method), by_case in table.items():
         row = {"suite": suite, "scenario": base, "method": method}
         for use_case, recs in by_case.items():
-            row[f"{use_case}_final_acc"] = mean_ci([x.metrics.get("final_acc", math.nan) for x in recs])
+            row[f"{use_case}_aa"] = mean_ci([_final_aa(x) for x in recs])
         cc = by_case.get("cc", [])
         for metric in ("ar", "ala"):
             row[f"cc_{metric}"] = mean_ci([x.metrics.get(metric, math.nan) for x in cc]) if cc else (math.nan, math.nan)
-        row["robustness"] = row.get("ic_final_acc", (math.nan, math.nan))
+        row["robustness"] = row.get("ic_aa", (math.nan, math.nan))
         row["memory_mb"] = float(np.mean([x.memory_mb for x in cc])) if cc else math.nan
         rows.append(row)
     return rows
@@ -382,21 +392,21 @@ def terminal_summary(clh, terminalreporter) -> None:
         if value is None or math.isnan(value):
             return "-"
         return f"{v[0]:.3f} ± {v[1]:.3f}" if isinstance(v, tuple) else f"{v:.2f}"
-    cols = [("cc_final_acc", "CC AA"), ("cc_ar", "CC AR"), ("cc_ala", "CC ALA"), ("robustness", "robustness (IC AA)"),
-            ("memory_mb", "memory MB"), ("random_final_acc", "random AA"), ("heldout_final_acc", "held-out AA")]
+    cols = [("cc_aa", "CC AA"), ("cc_ar", "CC AR"), ("cc_ala", "CC ALA"), ("robustness", "robustness (IC AA)"),
+            ("memory_mb", "memory MB"), ("random_aa", "random AA"), ("heldout_aa", "held-out AA")]
     terminalreporter.section("CLDyB (mean ± 95% CI over seeds; AR = -AFM; robustness = mean final AA on IC sequences)")
     table = [[r["scenario"], r["method"], *[cell(r.get(c)) for c, _ in cols]] for r in rows]
     terminalreporter.write_line(tabulate(table, headers=["scenario", "method", *[h for _, h in cols]], tablefmt="github"))
     for scenario in dict.fromkeys(r["scenario"] for r in rows):
         sub = [r for r in rows if r["scenario"] == scenario]
-        both = [r for r in sub if "cc_final_acc" in r and "random_final_acc" in r]
+        both = [r for r in sub if "cc_aa" in r and "random_aa" in r]
         if both:
-            gap = np.mean([r["cc_final_acc"][0] - r["random_final_acc"][0] for r in both])
+            gap = np.mean([r["cc_aa"][0] - r["random_aa"][0] for r in both])
             terminalreporter.write_line(f"{scenario}: CC minus random final AA, mean over {len(both)} methods: {gap:+.3f}")
         for name in ("cc", "random"):
-            pair = [r for r in sub if f"{name}_final_acc" in r and "heldout_final_acc" in r]
+            pair = [r for r in sub if f"{name}_aa" in r and "heldout_aa" in r]
             if len(pair) >= 2:
-                rc = rank_correlation([r[f"{name}_final_acc"][0] for r in pair], [r["heldout_final_acc"][0] for r in pair])
+                rc = rank_correlation([r[f"{name}_aa"][0] for r in pair], [r["heldout_aa"][0] for r in pair])
                 terminalreporter.write_line(
                     f"{scenario}: rank correlation {name} vs held-out over {len(pair)} methods: Spearman "
                     f"{rc['spearman']:.3f} (p={rc['spearman_p']:.3g}), Kendall {rc['kendall']:.3f} (p={rc['kendall_p']:.3g})")
