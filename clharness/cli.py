@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -76,7 +77,28 @@ def main(argv: list[str] | None = None) -> int:
     init.add_argument("name", metavar="NAME", help="method name = package import name (a Python identifier)")
     init.add_argument("--dir", default=".", metavar="PARENT", help="create NAME inside PARENT (default: .)")
 
+    data = sub.add_parser("data", help="datasets: check what a suite needs, fetch what can be downloaded")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    dcheck = data_sub.add_parser("check", help="each dataset a suite needs: present under the data root or not, "
+                                               "and the command that gets it (exit 1 if any is missing)")
+    dcheck.add_argument("--suite", required=True, metavar="NAME|PATH", help="a registered suite or a .toml file")
+    dcheck.add_argument("--root", default=os.environ.get("CLH_DATA_ROOT"), metavar="DIR",
+                        help="the data root (default: $CLH_DATA_ROOT)")
+    dcheck.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
+                        help="import MODULE as a clharness plugin")
+    dfetch = data_sub.add_parser("fetch", help="download, verify, unpack and lay out datasets under --root",
+                                 description="torchvision datasets through torchvision; tinyimagenet, imagenet-r, "
+                                             "imagenet-a and cub200 from their published archives (md5-checked, "
+                                             "resumable). ImageNet and Kaggle sources are listed with instructions.")
+    dfetch.add_argument("names", nargs="+", metavar="NAME", help="datasets (see `clharness data check`)")
+    dfetch.add_argument("--root", default=os.environ.get("CLH_DATA_ROOT"), metavar="DIR",
+                        help="the data root (default: $CLH_DATA_ROOT)")
+    dfetch.add_argument("--base-url", metavar="URL", help="fetch archives from URL/<file> instead of their "
+                                                          "published hosts (default: $CLH_DATA_MIRROR)")
+
     args = parser.parse_args(argv)
+    if args.command == "data":
+        return data_command(args)
     if args.command == "init":
         return init_package(args)
     if args.command in commands:
@@ -205,6 +227,42 @@ def report_results(args: argparse.Namespace) -> int:
         print(f"clharness report: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def data_command(args: argparse.Namespace) -> int:
+    from .data.fetch import FetchError, check, fetch
+    if args.data_command == "fetch":
+        if not args.root:
+            print("clharness data fetch: give --root DIR (or set CLH_DATA_ROOT)", file=sys.stderr)
+            return 2
+        try:
+            for line in fetch(args.names, Path(args.root), args.base_url):
+                print(line)
+        except (FetchError, OSError) as exc:
+            print(f"clharness data fetch: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    from tabulate import tabulate
+
+    from .plugins import Harness
+    harness = Harness(plugins=tuple(args.plugin))
+    suite = Path(harness.suites[args.suite]) if args.suite in harness.suites else Path(args.suite)
+    if not suite.is_file():
+        print(f"clharness data check: unknown suite {args.suite!r}; known: {', '.join(harness.suites)} "
+              "(or a path to a .toml suite file)", file=sys.stderr)
+        return 2
+    rows, ok = check(suite, Path(args.root) if args.root else None, harness)
+    print(f"suite {args.suite} ({suite}), data root {args.root or '(none)'}")
+    notes: list[str] = []   # long instructions go below the table, so paths and commands stay unwrapped
+    for row in rows:
+        if not row[2].startswith("clharness ") and len(row[2]) > 40:
+            if row[2] not in notes:
+                notes.append(row[2])
+            row[2] = f"see note {notes.index(row[2]) + 1}"
+    print(tabulate(rows, headers=["dataset", "status", "how to get it"], tablefmt="simple"))
+    for k, note in enumerate(notes, 1):
+        print(f"\n{k}. {note}")
+    return 0 if ok else 1
 
 
 def init_package(args: argparse.Namespace) -> int:
