@@ -240,11 +240,11 @@ def files(name: str) -> dict[str, str]:
 
 def scaffold(name: str, parent: Path | str = ".") -> Path:
     """Write the package ``parent/name`` and return its folder."""
-    check_name(name)
     root = Path(parent) / name
-    if root.exists():
+    if root.exists():   # first: an existing folder in the current directory may also be importable
         raise ScaffoldError(f"clharness init: {root} already exists; remove it or give another NAME "
                             "(or --dir PARENT to create it elsewhere)")
+    check_name(name)
     for rel, text in files(name).items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ licence: they are listed with instructions, never downloaded. ``CLH_DATA_MIRROR`
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import shutil
 import sys
@@ -186,7 +187,7 @@ def download(url: str, dest: Path, md5: str, attempts: int = 3, stream=sys.stder
             if exc.code == 416 and have:   # Range past the end: the .part is already whole (or junk)
                 break
             raise FetchError(f"{url}: HTTP {exc.code} {exc.reason}") from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:   # dropped, reset, timed out
             if attempt == attempts:
                 raise FetchError(f"{url}: {exc}; {part} keeps the {part.stat().st_size if part.exists() else 0} "
                                  "bytes received: run the same command again to resume") from None
@@ -256,8 +257,11 @@ def fetch(names: list[str], root: Path, base_url: str | None = None, stream=sys.
         elif entry.how == "torchvision":
             source = Harness().datasets[entry.source](**entry.options)
             source.name = entry.source
-            for train in (True, False):
-                source.load(root, train, download=True)   # torchvision downloads and checks its md5 sums
+            try:
+                for train in (True, False):
+                    source.load(root, train, download=True)   # torchvision downloads and checks its md5 sums
+            except RuntimeError as exc:   # torchvision's "not found or corrupted", a failed integrity check
+                raise FetchError(f"{name}: torchvision could not fetch it into {root}: {exc}") from None
             lines.append(f"{name}: fetched by torchvision into {root}")
         else:
             lines.append(f"{name}: not downloaded: {entry.instructions}")
