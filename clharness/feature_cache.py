@@ -93,6 +93,8 @@ class FrozenFeatures(nn.Module):
     same ``amp`` and ``store``) is there, else enter this one (see the module docstring).
     ``calls``/``hits``/``misses`` count this wrapper's backbone forward calls and per-image lookups;
     ``features.calls``/``features.images`` count those of everyone sharing the table."""
+    # The shared pretrained encoder: Method.memory_report leaves its weights out (CLDyB B.4).
+    frozen_shared = True
 
     def __init__(self, backbone: nn.Module, store: torch.device | str | None = None, amp: bool = False,
                  share: bool = True):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterator, Mapping
 
@@ -131,12 +132,19 @@ class Context:
     # The suite's fixed first-task training (GTEP Table 3), or None: keys epochs, lr, milestones,
     # lr_decay, weight_decay. Methods train their first task with it (clharness.training does).
     first_task_train: Mapping[str, Any] | None = None
+    # Digest of every tensor of the first backbone this context built, by its name in that backbone:
+    # the encoder all methods of the run share, which the memory footprint leaves out (CLDyB B.4).
+    shared_backbone: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     def make_backbone(self) -> nn.Module:
-        """A fresh feature extractor with an ``out_dim`` attribute, on the run's device."""
+        """A fresh feature extractor with an ``out_dim`` attribute, on the run's device. The first
+        one built is recorded as the run's shared encoder (see :meth:`Method.memory_report`)."""
         if self.backbone_factory is None:
             raise MethodError("this context has no backbone factory; the suite must name a backbone")
-        return self.backbone_factory().to(self.device)
+        backbone = self.backbone_factory().to(self.device)
+        if self.shared_backbone is None:
+            self.shared_backbone = {name: tensor_digest(t) for name, t in backbone.state_dict(keep_vars=True).items()}
+        return backbone
 
     def make_classifier(self) -> "Classifier":
         return Classifier(self.make_backbone(), self.num_classes).to(self.device)
@@ -212,9 +220,17 @@ class Method:
         return model.features(x)
 
     def memory_report(self) -> MemoryReport:
-        """Walk the method's attributes: modules, buffers and tensors (CLDyB B.4)."""
+        """Walk the method's attributes: modules, buffers and tensors, counted "in addition to the
+        ViT encoder" (CLDyB appendix B.4). The frozen pretrained encoder shared by all methods is
+        left out: a tensor inside a module that marks itself ``frozen_shared`` (the feature cache's
+        ``FrozenFeatures``, which every frozen-backbone method holds) and is bit-identical to the
+        tensor of the same name in the context's shared backbone (the first ``make_backbone()``).
+        What a method adds (prompts, adapters, heads, statistics, exemplars, model copies) is counted.
+
+        Deliberate reading: a backbone a method trains (a fine-tuned encoder, ``make_classifier()``'s
+        network, EMA or old copies) is not marked and counts in full, as the harness's own storage."""
         report, seen = MemoryReport(), set()
-        _count(vars(self), report, seen)
+        _count(vars(self), report, seen, self.context.shared_backbone or {})
         return report
 
     # --- state handling for search (copies trained and thrown away) ---
@@ -237,19 +253,44 @@ class Method:
         return f"<{type(self).__name__} {self.name!r} {self.hp}>"
 
 
-def _count(obj: Any, report: MemoryReport, seen: set[int]) -> None:
+def tensor_digest(t: torch.Tensor) -> str:
+    """Digest of a tensor's dtype, shape and exact bytes."""
+    t = t.detach()
+    h = hashlib.blake2b(f"{t.dtype}:{tuple(t.shape)};".encode(), digest_size=16)
+    h.update(t.contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _is_shared(name: str, t: torch.Tensor, shared: Mapping[str, str]) -> bool:
+    """Whether ``t`` (named ``name`` inside the module being walked) is the shared encoder's tensor:
+    some dotted suffix of ``name`` names a tensor of that encoder, with the same bytes. The name
+    must match, so a method's own tensor that happens to equal one of the encoder's (a LayerNorm
+    initialised to ones) is still counted."""
+    parts = name.split(".")
+    for i in range(len(parts)):
+        digest = shared.get(".".join(parts[i:]))
+        if digest is not None and digest == tensor_digest(t):
+            return True
+    return False
+
+
+def _count(obj: Any, report: MemoryReport, seen: set[int], shared: Mapping[str, str]) -> None:
     if id(obj) in seen:
         return
     seen.add(id(obj))
     if isinstance(obj, nn.Module):
-        for p in obj.parameters():
+        marked = {id(t) for m in obj.modules() if getattr(m, "frozen_shared", False)
+                  for t in (*m.parameters(), *m.buffers())} if shared else set()
+        for name, p in obj.named_parameters():
             if id(p) not in seen:
                 seen.add(id(p))
-                report.parameters += p.numel()
-        for b in obj.buffers():
+                if not (id(p) in marked and _is_shared(name, p, shared)):
+                    report.parameters += p.numel()
+        for name, b in obj.named_buffers():
             if id(b) not in seen:
                 seen.add(id(b))
-                report.tensor_elements += b.numel()
+                if not (id(b) in marked and _is_shared(name, b, shared)):
+                    report.tensor_elements += b.numel()
     elif hasattr(obj, "exemplar_images"):   # replay buffers report their own images
         n, nbytes = obj.exemplar_images()
         report.exemplars += n
@@ -258,7 +299,7 @@ def _count(obj: Any, report: MemoryReport, seen: set[int]) -> None:
         report.tensor_elements += obj.numel()
     elif isinstance(obj, Mapping):
         for v in obj.values():
-            _count(v, report, seen)
+            _count(v, report, seen, shared)
     elif isinstance(obj, (list, tuple)):
         for v in obj:
-            _count(v, report, seen)
+            _count(v, report, seen, shared)
