@@ -298,7 +298,7 @@ def _last_line(exc: BaseException) -> str:
 
 # ------------------------------------------------------------------------------- pytest
 def _search_class():
-    from .cldyb.search import Search
+    from .benchmarks.cldyb.search import Search
     return Search
 
 
