@@ -73,7 +73,12 @@ def render_text(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, 
     if fmt == "json":   # to_json turns NaN into null, which json.loads reads back
         return json.dumps({"columns": list(columns), "summary": json.loads(summary.to_json(orient="records")),
                            "rank_agreement": json.loads(agreement.to_json(orient="records"))}, indent=1)
-    text = render(summary, columns, FORMATS[fmt])
+    suites = list(dict.fromkeys(summary.suite)) if not summary.empty else []
+    if len(suites) > 1:   # one table per suite, each with the columns its own runs carry
+        text = "\n\n".join(f"suite {suite}:\n" + render(summary[summary.suite == suite], columns, FORMATS[fmt])
+                             for suite in suites)
+    else:
+        text = render(summary, columns, FORMATS[fmt])
     if not agreement.empty:
         text += "\n\nRanking agreement between scenarios:\n" + render_agreement(agreement, FORMATS[fmt])
     return text
