@@ -20,27 +20,29 @@ import time
 import ray
 import torch
 
-from clharness import gtep, ray_backend
+from clharness import ray_backend
 from clharness.plugins import Harness
-from clharness.runner import resolve_hparams, run_case
-from clharness.suites import load_suite
+from clharness.runner import run_case
 
 
-def tuning_cases(harness, quick: bool, methods: list[str] | None):
-    """Every tuning-phase case of gtep-digits (R configurations x S trials per method and scenario)."""
-    suite = load_suite(harness.suites["gtep-digits"], quick=quick)
-    cases = []
-    for spec in suite.scenarios:
-        o = spec.options
-        for method in methods or suite.methods:
-            cls = harness.methods[method]
-            space = gtep.method_space(cls, o)
-            base = resolve_hparams(cls, suite.hparams.get(method, {}))
-            for k in range(o["configurations"]):
-                config = gtep.draw(space.space, suite.name, spec.name, method, k)
-                cases += [gtep.make_case(suite, spec, cls, base, space, config, "tune", s, k)
-                          for s in range(o["trials"])]
-    return cases
+class _Cases:
+    """A pytest plugin that keeps the cases of the collected tuning items (nothing runs)."""
+    def __init__(self):
+        self.cases = []
+
+    def pytest_collection_finish(self, session):
+        self.cases = [i.case for i in session.items if "-tune-" in i.name and hasattr(i, "case")]
+
+
+def tuning_cases(quick: bool, methods: list[str] | None):
+    """Every tuning-phase case of gtep-digits (R configurations x S trials per method and scenario),
+    as the suite's own collection makes them."""
+    import pytest
+    keep = _Cases()
+    args = ["--clh-suite", "gtep-digits", "--collect-only", "-q", "-p", "no:cacheprovider",
+            *(["--clh-quick"] if quick else []), *[a for m in methods or [] for a in ("--clh-method", m)]]
+    pytest.main(args, plugins=[keep])
+    return keep.cases
 
 
 def serial(cases, harness) -> float:
@@ -87,7 +89,7 @@ def main() -> None:
     parser.add_argument("--methods", default="", help="comma-separated subset of the suite's methods")
     args = parser.parse_args()
     harness = Harness()
-    cases = tuning_cases(harness, not args.full, [m for m in args.methods.split(",") if m] or None)
+    cases = tuning_cases(not args.full, [m for m in args.methods.split(",") if m] or None)
     print(f"gtep-digits tuning phase: {len(cases)} runs; cores {os.cpu_count()}; load before "
           f"{os.getloadavg()[0]:.1f}")
     run_case(cases[0], harness, torch.device("cpu"))   # warm: datasets and kernels, as the workers are warmed
