@@ -221,7 +221,9 @@ def report_results(args: argparse.Namespace) -> int:
             for title, text in report_sections(records, FORMATS[args.format], Harness):   # GTEP's, ...
                 print(f"\n{title}\n{text}")
         if args.html:
-            path = write_html(args.html, records, columns, source=str(Path(args.results).resolve()))
+            from .plugins import Harness
+            path = write_html(args.html, records, columns, source=str(Path(args.results).resolve()),
+                              make_harness=Harness)
             print(f"wrote {path}", file=sys.stderr)   # stderr: stdout stays parseable csv/json
     except (ReportError, StoreError, OSError, RegistryError) as exc:
         print(f"clharness report: {exc}", file=sys.stderr)

@@ -18,6 +18,7 @@ and optionally
     write_scorecard(path, records, harness)      its section in --clh-scorecard files
     report_sections(records, fmt, harness) -> [(title, text)]   its sections in `clharness report`
                               (``harness()`` builds the plugin registries on first call)
+    html_sections(records, harness) -> [(title, html)]   its sections in the HTML report
     split_scenario(name) -> (scenario, phase, k) | None   scenario names that are phases of one scenario
 A kind's ``cli`` module (optional, kept light: no torch) adds its ``clharness`` subcommands:
     add_commands(subparsers) -> {command: run(args) -> exit code}
@@ -106,8 +107,9 @@ def family_commands(subparsers) -> dict:
 
 
 def report_sections(records, fmt: str, make_harness) -> list[tuple[str, str]]:
-    """Every kind's own sections of ``clharness report`` as (title, text); ``make_harness()`` is
-    called at most once, and only by a kind that needs the registries."""
+    """Every kind's own sections of ``clharness report`` as (title, text), or as (title, html) for
+    ``fmt="html"`` (the kinds' html_sections); ``make_harness()`` is called at most once, and only
+    by a kind that needs the registries."""
     records, built = list(records), []
 
     def harness():
@@ -117,7 +119,9 @@ def report_sections(records, fmt: str, make_harness) -> list[tuple[str, str]]:
 
     out = []
     for module in kind_modules():
-        if hasattr(module, "report_sections"):
+        if fmt == "html" and hasattr(module, "html_sections"):
+            out.extend(module.html_sections(records, harness))
+        elif fmt != "html" and hasattr(module, "report_sections"):
             out.extend(module.report_sections(records, fmt, harness))
     return out
 

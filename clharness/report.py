@@ -113,9 +113,14 @@ _NOTES = {
 }
 
 
-def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, source: str = "") -> str:
-    """The whole report as one HTML page: CSS inline, figures as base64 PNG, no external reference."""
+def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, source: str = "",
+               make_harness=None) -> str:
+    """The whole report as one HTML page: CSS inline, figures as base64 PNG or inline SVG, no
+    external reference. Each suite: its table (the runs of a kind's phases, GTEP's tuning
+    configurations, left to the kind's own section), the kinds' sections (``make_harness()``
+    builds the registries for a kind that needs them), then figures per scenario."""
     from . import plots   # matplotlib loads only for the page, not for the text formats
+    from .kinds import report_sections, split_scenario
     passed = [r for r in records if r.status == "passed"]
     summary = summarize(records, columns)
     colors = plots.method_colors(sorted({r.method for r in records}))
@@ -134,14 +139,19 @@ def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, s
     for suite in suites:
         out.append(f"<h2 id='suite-{esc(suite)}'>suite {esc(suite)}</h2>")
         # tabulate's "html" format escapes every cell.
-        out.append(render(summary[summary.suite == suite], columns, "html"))
+        phase_run = summary.scenario.map(lambda sc: (split_scenario(sc) or ("", ""))[1] == "tune")
+        out.append(render(summary[(summary.suite == suite) & ~phase_run], columns, "html"))
         out.append("<p class='note'>mean ± 95% confidence interval over passed seeds.</p>")
         agreement = rank_agreement(summary[summary.suite == suite])
         if not agreement.empty:
             out.append("<p class='note'>Do the scenarios rank the methods alike? Spearman and Kendall "
                        "correlation of the method rankings by seed-mean final accuracy.</p>")
             out.append(render_agreement(agreement, "html"))
-        scenarios = list(dict.fromkeys(r.scenario for r in records if r.suite == suite))
+        for title, section in report_sections([r for r in records if r.suite == suite], "html",
+                                              make_harness or (lambda: None)):
+            out.append(f"<p class='note'>{esc(title)}</p>{section}")
+        scenarios = [sc for sc in dict.fromkeys(r.scenario for r in records if r.suite == suite)
+                     if (split_scenario(sc) or ("", ""))[1] != "tune"]   # in the kind's section instead
         for scenario in scenarios:
             groups = by_case.get((suite, scenario))
             out.append(f"<h3>{esc(suite)}::{esc(scenario)}</h3>")
@@ -188,9 +198,9 @@ def _not_plotted(records: Sequence[RunRecord]) -> str:
 
 
 def write_html(path: str | Path, records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS,
-               source: str = "") -> Path:
+               source: str = "", make_harness=None) -> Path:
     path = Path(path)
-    text = build_html(records, columns, source)
+    text = build_html(records, columns, source, make_harness)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path

@@ -78,3 +78,58 @@ def test_html_tables_per_suite(records):
                                    "train s", "memory MB", "problems"]
     assert "info retention" in heads["stf-digits"] and "look-ahead s" not in heads["stf-digits"]
     assert {"look-ahead s", "clustering s", "robustness"} <= set(heads["cldyb-mini"])
+
+
+# ------------------------------------------------------------------ GTEP section (HTML)
+def _gtep_records():
+    """Methods a > b > c in tuning (c1 wins every method's tuning), c > b > a in evaluation; the
+    suite's tuning ran 12 configurations for method a so c10/c11 must sort after c2."""
+    def rec(method, scenario, seed, acc, lr):
+        r = RunRecord("g", scenario, method, seed, status="passed", hparams={"lr": lr}, parameters=100,
+                      metrics={"final_acc": acc, "avg_inc_acc": acc}, train_seconds=1.0, eval_seconds=0.5,
+                      acc_matrix=R, task_sizes=[10, 10])
+        r.key = run_key({"s": scenario, "m": method, "seed": seed})
+        return r
+    tune = {"a": 0.9, "b": 0.8, "c": 0.7}
+    evals = {"a": (0.40, 0.44), "b": (0.50, 0.54), "c": (0.60, 0.64)}
+    out = []
+    for m in "abc":
+        for seed in (0, 1):
+            out.append(rec(m, "s:tune-c0", seed, tune[m] - 0.2, 0.01))
+            out.append(rec(m, "s:tune-c1", seed, tune[m], 0.1))
+            out.append(rec(m, "s:eval", seed, evals[m][seed], 0.1))
+    out += [rec("a", f"s:tune-c{k}", 0, 0.1, 0.5) for k in (10, 11, 2)]
+    return out
+
+
+def test_gtep_html_section_rows_tau_plot_and_sorted_configs():
+    from clharness.benchmarks.gtep import report_html
+    records = _gtep_records()
+    page = report_html.section(records)
+    rows = [[c for c in re.findall(r"<td>(.*?)</td>", tr)]
+            for tr in re.findall(r"<tr>(<td>.*?)</tr>", page.split("<details>")[0])]
+    assert rows == [["3 → 1", "c", "0.700", "0.620 ± 0.254", "+0.080", "c1: lr=0.1"],
+                    ["2 → 2", "b", "0.800", "0.520 ± 0.254", "+0.280", "c1: lr=0.1"],
+                    ["1 → 3", "a", "0.900", "0.420 ± 0.254", "+0.480", "c1: lr=0.1"]]
+    assert "Kendall tau between the tuning-phase and evaluation-phase rankings: <b>-1.000</b> (ranking changes)" in page
+    # the slope plot: one line per method from its tuned to its evaluated score
+    lines = {m: (float(t), float(e), float(y0), float(y1)) for m, t, e, y0, y1 in re.findall(
+        r"<line class='slope' data-method='(\w)' data-tune='([\d.]+)' data-eval='([\d.]+)' "
+        r"x1='\d+' y1='([\d.]+)' x2='\d+' y2='([\d.]+)'", page)}
+    assert {m: v[:2] for m, v in lines.items()} == {"a": (0.9, 0.42), "b": (0.8, 0.52), "c": (0.7, 0.62)}
+    assert lines["a"][2] < lines["b"][2] < lines["c"][2]    # higher score drawn higher on the left ...
+    assert lines["a"][3] > lines["b"][3] > lines["c"][3]    # ... and the order reversed on the right
+    # the tuning records, collapsed and sorted by configuration number, then method, then trial
+    details = page.split("<details>")[1]
+    assert details.startswith("<summary>per-configuration tuning records (15)</summary>")
+    configs = [(c, m, t) for c, m, t in re.findall(r"<tr><td>(c\d+)</td><td>(\w)</td><td>(\d)</td>", details)]
+    assert configs[:4] == [("c0", "a", "0"), ("c0", "a", "1"), ("c0", "b", "0"), ("c0", "b", "1")]
+    assert [c for c, _, _ in configs][-3:] == ["c2", "c10", "c11"]
+
+
+def test_html_page_has_the_gtep_section_not_a_scenario_per_configuration():
+    page = build_html(_gtep_records())
+    assert "<h3>g::s (GTEP)</h3>" in page and "<svg" in page
+    assert "<h3>g::s:tune-c" not in page           # no figure section per tuning configuration
+    main_table = page.split("<h2 id='suite-g'>")[1].split("</table>")[0]
+    assert "s:eval" in main_table and "s:tune-c" not in main_table

@@ -228,3 +228,13 @@ def report_sections(records, fmt, harness) -> list[tuple[str, str]]:
         return []
     text = gtep.section(records, harness(), fmt=fmt)
     return [("GTEP: tuning phase (D^HT) vs evaluation phase (D^E), ranked by P^E", text)] if text else []
+
+
+def html_sections(records, harness) -> list[tuple[str, str]]:
+    """The HTML report: one row per method, Kendall tau, the tuned-vs-evaluated slope plot, and the
+    per-configuration records collapsed (report_html)."""
+    if not any(map(gtep.is_gtep, records)):
+        return []
+    from . import report_html
+    text = report_html.section(records, harness())
+    return [(report_html.TITLE, text)] if text else []

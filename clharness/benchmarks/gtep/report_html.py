@@ -1,0 +1,138 @@
+"""The GTEP section of the HTML report (issue 19 part 1): per scenario, one row per method
+(tuning-phase score of H*, evaluation-phase score P^E, gap, rank before and after), Kendall tau
+between the two rankings, a slope plot from each method's tuned to its evaluated score (the
+paper's point: rankings under the conventional protocol do not survive evaluation on fresh data,
+GTEP section 4), and the per-configuration tuning records behind a collapsed <details>, sorted by
+configuration. The numbers are protocol.summarize's; this module only lays them out."""
+from __future__ import annotations
+
+import html
+import math
+from typing import Iterable, Sequence
+
+from ...results import RunRecord
+from . import protocol
+
+TITLE = "GTEP: tuning phase (D^HT) vs evaluation phase (D^E), ranked by P^E"
+
+
+def section(records: Iterable[RunRecord], harness=None) -> str | None:
+    """The GTEP HTML of ``records``, or None when they hold no GTEP runs."""
+    records = [r for r in records if protocol.is_gtep(r)]
+    if not records:
+        return None
+    spaces = (protocol.method_spaces(harness, sorted({r.method for r in records}))
+              if harness is not None else None)
+    frame = protocol.summarize(records, spaces)
+    taus = protocol.ranking_change(frame)
+    out = []
+    for (suite, scenario), group in frame.groupby(["suite", "scenario"], sort=False):
+        tau = taus[(suite, scenario)]["kendall"]
+        tuning = group.tuning.iloc[0]
+        out.append(f"<h3>{_e(suite)}::{_e(scenario)} (GTEP)</h3>")
+        out.append(f"<p class='note'>Kendall tau between the tuning-phase and evaluation-phase rankings: "
+                   f"<b>{'-' if math.isnan(tau) else f'{tau:.3f}'}</b> "
+                   f"({'fewer than 2 methods' if math.isnan(tau) else 'ranking unchanged' if math.isclose(tau, 1.0) else 'ranking changes'}). "
+                   f"Tuning score: final accuracy of the chosen H* on D^HT (what the conventional protocol "
+                   f"reports); evaluation score: P^E on D^E, mean ± 95% CI over trials; gap = tuning − evaluation."
+                   f"{f' H* tuned on {_e(tuning)}.' if tuning != scenario else ''}</p>")
+        out.append("<div class='row'>" + method_table(group) + slope_svg(group) + "</div>")
+        out.append(config_details([r for r in records if _tuning_name(r) == tuning]))
+    return "\n".join(out)
+
+
+def method_rows(group) -> list[list[str]]:
+    """One row per method, ranked by the evaluation phase: rank before (tuning) -> after
+    (evaluation), method, tuning score, evaluation score, gap, chosen H*."""
+    rows = []
+    for _, r in group.iterrows():
+        rows.append([f"{_rank(r.tune_rank)} → {_rank(r.eval_rank)}", r.method, protocol._pm(r.tune_acc, r.tune_acc_ci),
+                     protocol._pm(r.eval_acc, r.eval_acc_ci), protocol._num(r.gap, signed=True),
+                     "-" if protocol._missing(r.config) else f"c{int(r.config)}: {r.hparams}"])
+    return rows
+
+
+def method_table(group) -> str:
+    head = ["rank tune → eval", "method", "tuning score", "evaluation score", "gap", "chosen H*"]
+    return _table(head, method_rows(group))
+
+
+def slope_svg(group, width: int = 360, height: int = 260) -> str:
+    """Each method a line from its tuning score (left) to its evaluation score (right); a crossing
+    is a change of rank. Plain SVG text, a few hundred bytes a method; the scores ride on each
+    line as data attributes."""
+    from ... import plots
+    ok = group.dropna(subset=["tune_acc", "eval_acc"])
+    if ok.empty:
+        return ""
+    values = [*ok.tune_acc, *ok.eval_acc]
+    lo, hi = min(values), max(values)
+    pad = max((hi - lo) * 0.08, 0.01)
+    lo, hi = lo - pad, hi + pad
+    top, bottom, left, right = 24, height - 28, 110, width - 110
+    y = lambda v: bottom - (v - lo) / (hi - lo) * (bottom - top)  # noqa: E731
+    colors = plots.method_colors(sorted(group.method))
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+             f"viewBox='0 0 {width} {height}' font-size='11' font-family='sans-serif' role='img'>",
+             f"<title>{_e(group.suite.iloc[0])}::{_e(group.scenario.iloc[0])}: tuned vs evaluated final accuracy</title>",
+             f"<line x1='{left}' y1='{top}' x2='{left}' y2='{bottom}' stroke='#999'/>",
+             f"<line x1='{right}' y1='{top}' x2='{right}' y2='{bottom}' stroke='#999'/>",
+             f"<text x='{left}' y='{height - 10}' text-anchor='middle'>tuning (D^HT)</text>",
+             f"<text x='{right}' y='{height - 10}' text-anchor='middle'>evaluation (D^E)</text>",
+             f"<text x='{left - 4}' y='{top - 8}' text-anchor='end' fill='#666'>{hi:.2f}</text>",
+             f"<text x='{left - 4}' y='{bottom + 12}' text-anchor='end' fill='#666'>{lo:.2f}</text>"]
+    for _, r in ok.iterrows():
+        c = _hex(colors[r.method])
+        y0, y1 = y(r.tune_acc), y(r.eval_acc)
+        parts.append(f"<line class='slope' data-method='{_e(r.method)}' data-tune='{r.tune_acc:.4f}' "
+                     f"data-eval='{r.eval_acc:.4f}' x1='{left}' y1='{y0:.1f}' x2='{right}' y2='{y1:.1f}' "
+                     f"stroke='{c}' stroke-width='2'/>"
+                     f"<circle cx='{left}' cy='{y0:.1f}' r='3' fill='{c}'/><circle cx='{right}' cy='{y1:.1f}' r='3' fill='{c}'/>"
+                     f"<text x='{left - 6}' y='{y0 + 4:.1f}' text-anchor='end' fill='{c}'>{_e(r.method)} {r.tune_acc:.3f}</text>"
+                     f"<text x='{right + 6}' y='{y1 + 4:.1f}' fill='{c}'>{r.eval_acc:.3f} {_e(r.method)}</text>")
+    parts.append("</svg>")
+    return f"<figure>{''.join(parts)}<figcaption>Final accuracy of each method's H* in the tuning phase (left) " \
+           f"and the evaluation phase (right); crossing lines are rank changes.</figcaption></figure>"
+
+
+def config_rows(records: Sequence[RunRecord]) -> list[list[str]]:
+    """Every tuning record, sorted by configuration number (c2 before c10), method, trial."""
+    def k(r):
+        return protocol.split_scenario(r.scenario)[2]
+    rows = []
+    for r in sorted(records, key=lambda r: (k(r), r.method, r.seed)):
+        rows.append([f"c{k(r)}", r.method, str(r.seed), r.status, protocol._num(r.metrics.get("final_acc", math.nan)),
+                     protocol._num(r.metrics.get("avg_inc_acc", math.nan)), protocol._num(protocol.hmean_score(r)),
+                     protocol._config_text(r)])
+    return rows
+
+
+def config_details(records: Sequence[RunRecord]) -> str:
+    records = [r for r in records if protocol.split_scenario(r.scenario)[1] == "tune"]
+    if not records:
+        return ""
+    head = ["config", "method", "trial", "status", "final acc", "avg inc acc", "H(acc, avg)", "hyperparameters"]
+    return (f"<details><summary>per-configuration tuning records ({len(records)})</summary>"
+            + _table(head, config_rows(records)) + "</details>")
+
+
+def _tuning_name(record: RunRecord) -> str | None:
+    parsed = protocol.split_scenario(record.scenario)
+    return parsed[0] if parsed and parsed[1] == "tune" else None
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows) + "</table>")
+
+
+def _rank(v) -> str:
+    return "-" if protocol._missing(v) else str(int(v))
+
+
+def _hex(rgba) -> str:
+    return "#" + "".join(f"{int(round(255 * c)):02x}" for c in rgba[:3])
+
+
+def _e(text) -> str:
+    return html.escape(str(text), quote=True)
