@@ -12,8 +12,9 @@ PKG = Path(clharness.__file__).parent
 CORE = ["method", "runner", "metrics", "results", "scorecard", "report", "gates", "compare", "hparams",
         "buffers", "training", "backbones", "plugins", "registry", "hookspecs", "pytest_plugin", "cli",
         "suites", "kinds", "scenario"]
-FAMILY = ("clharness.benchmarks", "clharness.streams", "clharness.gtep", "clharness.benchmarks.m2i.effect",
-          "clharness.benchmarks.stf.plots", "clharness.benchmarks.cldyb", "clharness.scenarios")
+# the families, and the old paths of their modules (deprecated re-exports, or gone)
+OLD = ("streams", "gtep", "curriculum_effect", "stream_plots", "cldyb", "scenarios")
+FAMILY = ("clharness.benchmarks", *(f"clharness.{name}" for name in OLD))
 
 
 def module_names() -> dict[str, Path]:
@@ -93,8 +94,8 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_every_family_lives_in_its_own_folder():
     for family in ("splits", "stf", "m2i", "gtep", "cldyb"):
         assert f"clharness.benchmarks.{family}.kind" in MODULES
-    for old in ("clharness.scenarios", "clharness.benchmarks.cldyb", "clharness.benchmarks.stf.plots"):
-        assert old not in MODULES
+    for gone in ("scenarios", "cldyb", "stream_plots"):
+        assert f"clharness.{gone}" not in MODULES
 
 
 def test_builtin_kinds_register_through_the_hook():

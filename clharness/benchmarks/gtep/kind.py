@@ -8,11 +8,11 @@ ranges are (CIFAR-50-1 = cifar100 [0, 50], CIFAR-50-2 = [50, 100]: high similari
 datasets give low similarity (CIFAR-50-1 -> ImageNet-50-2). Each trial then shuffles the class
 order inside the slice by its seed (Alg. 2 line 8, Alg. 3 line 3: F(Shuffle(D))) and cuts it into
 tasks by ``task_config``: "N-equal" (10 or 20 tasks) or "N-half" (half the classes first, then
-N-1 equal tasks: the paper's 6 tasks). Splitting is clharness.scenarios.splits.build's.
+N-1 equal tasks: the paper's 6 tasks). Splitting is clharness.benchmarks.splits.kind.build's.
 
 The tuning phase scores on D^HT's validation split (``validation`` of each class's train data,
 held out), never on its test split; the evaluation phase trains on all of D^E's train split and
-scores on its test split. The protocol itself (items, selection, outputs) is clharness.gtep.
+scores on its test split. The protocol itself (items, selection, outputs) is protocol.py.
 """
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def _range(value, key) -> tuple[int, int] | None:
 def phase_side(spec) -> str:
     phase = spec.options.get("phase")
     if phase not in ("tune", "eval"):
-        raise ScenarioError(f"scenario {spec.name!r}: a gtep scenario is built per phase by clharness.gtep "
+        raise ScenarioError(f"scenario {spec.name!r}: a gtep scenario is built per phase by clharness.benchmarks.gtep.protocol "
                             "(its items), not as a plain case")
     return phase
 
@@ -202,7 +202,7 @@ def build(spec, datasets, seed: int, device: torch.device, data_root=None, downl
 
 
 def collect(node, suite, spec, methods, seeds):
-    """Tuning and evaluation items (clharness.gtep); S is the scenario's ``trials``, not --clh-seeds."""
+    """Tuning and evaluation items (protocol.py); S is the scenario's ``trials``, not --clh-seeds."""
     yield from gtep.collect(node, suite, spec, methods, seeds)
 
 

@@ -11,7 +11,7 @@ Suite keys of this kind (flat in [[scenario]]): ``stream`` ("stf" | "disjoint"),
 (in (0, 0.5]; default sqrt(1/12)/tasks, appendix D), ``mu_sigma_scale`` (figure 3: 0.5/1/2/4),
 ``stream_batch``, ``eval_points``, ``retention_samples``, ``cpu_threads``. ``tasks`` is the
 equivalent number of tasks for mu_sigma and the task count of the disjoint stream.
-The permutations themselves (Algorithms 1-2, torch-free) live in ``clharness/streams.py``.
+The permutations themselves (Algorithms 1-2, torch-free) live in ``streams.py`` beside this module.
 """
 from __future__ import annotations
 
