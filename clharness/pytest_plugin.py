@@ -72,6 +72,8 @@ def pytest_configure(config: pytest.Config) -> None:
     clh = ClhSession(config)
     config.stash[session_key] = clh
     config.pluginmanager.register(clh, "clharness-session")
+    from .progress import ProgressPlugin   # task i/T and ETA inside long cases, runs done under xdist/Ray
+    config.pluginmanager.register(ProgressPlugin(config), "clharness-progress")
     if config.getoption("clh_ray"):
         _start_ray_plugin(config, clh)
     if config.getoption("clh_suite") and config.args_source != pytest.Config.ArgsSource.ARGS:
@@ -524,8 +526,10 @@ def run_stored_case(request: pytest.FixtureRequest, case, amend=None, divergence
             record = clh.remote.result(case_key(case, clh.harness.methods[case.method]), case)
         else:
             root = config.getoption("clh_data_root")
+            progress = config.pluginmanager.get_plugin("clharness-progress")
             record = run_case(case, clh.harness, clh.device, Path(root) if root else None,
-                              config.getoption("clh_download"))
+                              config.getoption("clh_download"),
+                              on_task=progress.case_callback(item.nodeid) if progress else None)
         if amend is not None:
             amend(record)
         record.session = clh.session_id

@@ -1,0 +1,136 @@
+"""Progress inside long runs (issue 19 part 2).
+
+One GTEP or CLDyB case on real data trains for hours between two pytest status letters, so:
+
+- while a case runs, a terminal shows one updating line under the test line:
+  ``<case>  task i/T  elapsed 1:02:03  ETA 0:41:10``, the ETA from the mean time of the tasks done;
+- a non-terminal (a CI log) gets one plain line per finished task instead;
+- the controller of a pytest-xdist or Ray session, which does not run cases itself, shows runs
+  done/total and a session ETA from the mean time of the runs done (the same two modes);
+- nothing under ``-q`` (and nothing on an xdist worker, whose output nobody sees).
+
+The runner reports tasks through its ``on_task(task, T)`` callback; it has no epoch callback, so
+the line shows tasks only.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import pytest
+
+ERASE = "\r\x1b[K"   # back to the start of the line and clear it
+
+
+def clock(seconds: float) -> str:
+    """``h:mm:ss`` (``m:ss`` under an hour)."""
+    s = int(round(seconds))
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+def eta(elapsed: float, done: int, total: int) -> float | None:
+    """Seconds left if the rest goes at the mean pace of the ``done`` units; None before the first."""
+    return elapsed / done * (total - done) if done > 0 else None
+
+
+def progress_text(label: str, unit: str, done: int, total: int, elapsed: float) -> str:
+    left = eta(elapsed, done, total)
+    return (f"{label}  {unit} {done}/{total}  elapsed {clock(elapsed)}"
+            f"  ETA {'-' if left is None else clock(left)}")
+
+
+class Line:
+    """Shows progress on the terminal reporter: an updating line below the current one on a
+    terminal (the test line is left as it was when the case ends), plain lines otherwise."""
+
+    def __init__(self, reporter, now: Callable[[], float] = time.monotonic):
+        self.reporter, self.now = reporter, now
+        self.tty = bool(getattr(reporter, "isatty", False))
+        self.shown = False
+        self.column = 0
+
+    def show(self, text: str, final: bool = False) -> None:
+        """On a terminal: (re)draw ``text``; elsewhere: one line per call when ``final``."""
+        tw = self.reporter._tw
+        if not self.tty:
+            if final:
+                self.reporter.write_line(f"clharness: {text}")
+            return
+        if not self.shown:
+            self.column = tw.width_of_current_line   # where the test line stood, to return to
+            tw.write("\n")
+            self.shown = True
+        tw.write(ERASE + text[: max(tw.fullwidth - 1, 20)], flush=True)
+
+    def clear(self) -> None:
+        """Erase the progress line and put the cursor back at the end of the test line."""
+        if self.tty and self.shown:
+            tw = self.reporter._tw
+            tw.write(ERASE + "\x1b[1A" + (f"\x1b[{self.column}C" if self.column else ""), flush=True)
+            tw._current_line = " " * self.column   # pytest's idea of the line it is writing on
+            self.shown = False
+
+
+class ProgressPlugin:
+    """Registered by clharness.pytest_plugin; ``case_callback(case)`` gives run_case its on_task."""
+
+    def __init__(self, config: pytest.Config, now: Callable[[], float] = time.monotonic):
+        self.config, self.now = config, now
+        self.total = 0
+        self.done = 0
+        self.start = now()
+        self.active: Line | None = None   # the line on screen, erased before pytest writes again
+
+    def _line(self) -> Line | None:
+        if self.config.get_verbosity() < 0 or hasattr(self.config, "workerinput"):
+            return None
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        return Line(reporter, self.now) if reporter is not None else None
+
+    def case_callback(self, label: str) -> Callable[[int, int], None] | None:
+        """``on_task(task, T)`` for one case run in this process, or None when quiet."""
+        line = self._line()
+        if line is None:
+            return None
+        self.active, start = line, self.now()
+
+        def on_task(task: int, T: int) -> None:
+            line.show(progress_text(label, "task", task + 1, T, self.now() - start), final=True)
+        return on_task
+
+    # --- session progress on the controller of an xdist or Ray session
+    def _controller(self) -> bool:
+        from .pytest_plugin import session_key
+        xdist = bool(self.config.getoption("numprocesses", None)) and not hasattr(self.config, "workerinput")
+        return xdist or self.config.stash[session_key].remote is not None
+
+    def pytest_collection_finish(self, session) -> None:
+        self.total = self.total or len(session.items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        self.total = self.total or len(ids)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logstart(self, nodeid, location) -> None:
+        self.pytest_runtest_logreport(None)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report) -> None:
+        """Before pytest writes the status: the progress line goes, the test line is as it was."""
+        if self.active is not None:
+            self.active.clear()
+            self.active = None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logfinish(self, nodeid, location) -> None:
+        """After a run's status is written: the controller's runs done/total and session ETA."""
+        self.done += 1
+        if not self._controller():
+            return
+        line = self._line()
+        if line is not None:
+            self.active = line
+            line.show(progress_text("session", "runs", self.done, self.total, self.now() - self.start), final=True)

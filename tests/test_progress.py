@@ -1,0 +1,104 @@
+"""Progress inside long runs (issue 19 part 2): task i/T with elapsed and ETA while a case runs; a
+non-terminal gets one line per finished task, -q nothing; the xdist controller counts runs."""
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+import clharness.runner  # noqa: F401  (pytester's in-process runs share one torch)
+import clharness_methods  # noqa: F401
+import sklearn.datasets  # noqa: F401
+import sklearn.model_selection  # noqa: F401
+import clharness.scorecard  # noqa: F401
+import torchvision.ops  # noqa: F401  (first imported inside a run, torch._dynamo would register twice)
+from clharness.progress import Line, clock, eta, progress_text
+
+HERE = Path(__file__).parent
+
+MINI = """
+[suite]
+name = "mini"
+seeds = 2
+
+[defaults]
+dataset = "digits"
+backbone = "mlp"
+backbone_options = { hidden = 16, layers = 1 }
+epochs = 1
+tasks = 5
+
+[[scenario]]
+name = "ci"
+"""
+
+TASK_LINE = re.compile(r"^clharness: mini\.toml::ci\[tiny-seed(\d)\]  task (\d)/5  elapsed \d+:\d\d  ETA \d+:\d\d$")
+
+
+def test_eta_from_the_mean_pace_of_the_tasks_done():
+    assert eta(30.0, 2, 5) == pytest.approx(45.0)    # 15 s a task, 3 to go
+    assert eta(0.0, 0, 5) is None
+    assert clock(45) == "0:45" and clock(3725) == "1:02:05"
+    assert progress_text("c", "task", 2, 5, 30.0) == "c  task 2/5  elapsed 0:30  ETA 0:45"
+    assert progress_text("c", "task", 0, 5, 1.0).endswith("ETA -")
+
+
+@pytest.fixture
+def run(pytester):
+    pytester.syspathinsert(HERE)
+    pytester.makefile(".toml", mini=MINI)
+
+    def _run(*args):
+        return pytester.runpytest("-p", "plugin_methods", "-p", "no:cacheprovider", "mini.toml",
+                                  "--clh-method", "tiny", *args)
+    return _run
+
+
+def test_non_terminal_gets_one_line_per_finished_task(run):
+    result = run()
+    result.assert_outcomes(passed=2)
+    lines = [m.groups() for m in map(TASK_LINE.match, result.outlines) if m]
+    assert lines == [(seed, str(task)) for seed in "01" for task in range(1, 6)]
+    assert "session  runs" not in result.stdout.str()      # one process: no controller line
+
+
+def test_quiet_under_q(run):
+    result = run("-q")
+    result.assert_outcomes(passed=2)
+    assert "clharness: mini.toml" not in result.stdout.str() and " task 1/5" not in result.stdout.str()
+
+
+def test_stored_runs_show_no_task_lines(run):
+    run().assert_outcomes(passed=2)
+    result = run()   # every record reused from the store: nothing trains
+    result.assert_outcomes(passed=2)
+    assert not any(map(TASK_LINE.match, result.outlines))
+
+
+class FakeWriter:
+    fullwidth = 80
+
+    def __init__(self):
+        self.out = io.StringIO()
+        self.width_of_current_line = 12
+        self._current_line = "mini.toml ."
+
+    def write(self, text, flush=False):
+        self.out.write(text)
+
+
+class FakeReporter:
+    isatty = True
+
+    def __init__(self):
+        self._tw = FakeWriter()
+
+
+def test_terminal_line_updates_in_place_and_returns_to_the_test_line():
+    reporter = FakeReporter()
+    line = Line(reporter)
+    line.show("task 1/3")
+    line.show("task 2/3")
+    line.clear()
+    # one new line, each update redrawn over the last, then back up to column 12 of the test line
+    assert reporter._tw.out.getvalue() == ("\n\r\x1b[Ktask 1/3\r\x1b[Ktask 2/3\r\x1b[K\x1b[1A\x1b[12C")
