@@ -309,7 +309,7 @@ class RayPlugin:
         self.clh = clh
         self.runner: RayRunner | None = None
         self.connected = False   # this session started or joined Ray (and so leaves it at the end)
-        _search_class().fan_out = staticmethod(lookahead_fan_out(self))
+        self.hooked = False      # the CLDyB search's fan_out is ours (set when a search is collected)
 
     def start(self) -> RayRunner:
         if self.runner is None:
@@ -340,6 +340,9 @@ class RayPlugin:
 
     def pytest_collection_finish(self, session) -> None:
         from .pytest_plugin import CaseItem
+        if any(type(i).__name__ == "SearchItem" for i in session.items):   # CLDyB: look-ahead as tasks
+            _search_class().fan_out = staticmethod(lookahead_fan_out(self))
+            self.hooked = True
         items = [i for i in session.items if isinstance(i, CaseItem) and getattr(i, "search_key", None) is None]
         if not items:
             return
@@ -362,6 +365,7 @@ class RayPlugin:
         self.runner.cancel_all()
 
     def pytest_unconfigure(self, config) -> None:
-        _search_class().fan_out = None
+        if self.hooked:
+            _search_class().fan_out = None
         if self.connected and ray.is_initialized():
             ray.shutdown()

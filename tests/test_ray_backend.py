@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import ray
 
-import clharness.runner  # noqa: F401  (loaded once: pytester runs share one torch)
+import clharness.benchmarks.cldyb.search  # noqa: F401  (loaded once: pytester runs share one torch)
+import clharness.runner  # noqa: F401
 from clharness.results import ResultsStore
 
 HOME = os.environ.get("HOME", "")   # pytester moves HOME; Ray's auth token lives under the real one
