@@ -192,27 +192,27 @@ def test_protocol_runs_selects_reuses_and_resumes(run, pytester):
         tuning = {}
         for r in records:
             if r.method == method and ":tune-c" in r.scenario:
-                tuning.setdefault(int(r.scenario.split("-c")[1]), []).append(r)
+                tuning.setdefault(int(r.scenario.rsplit("-c", 1)[1]), []).append(r)
         # Alg. 1 recomputed here: the highest mean over trials of the harmonic mean of Acc and AvgAcc
         means = {k: np.mean([2 * r.metrics["final_acc"] * r.metrics["avg_inc_acc"]
                              / (r.metrics["final_acc"] + r.metrics["avg_inc_acc"]) if r.status == "passed"
                              else np.nan for r in rs]) for k, rs in tuning.items()}
         best = min(k for k, v in means.items() if v == np.nanmax(list(means.values())))
-        evals = [r for r in records if r.method == method and r.scenario == "high:eval"]
+        evals = [r for r in records if r.method == method and r.scenario.startswith("high:eval@")]
         assert len(evals) == 2 and all(r.hparams == tuning[best][0].hparams for r in evals)
         assert all(r.dataset.endswith("[6:12]") for r in evals)
         assert all(r.dataset.endswith("[0:6]") for rs in tuning.values() for r in rs)
     diverged = [r for r in records if r.method == "gtep-diverger" and r.status == "diverged"]
     assert diverged and all(r.hparams["lr"] >= 0.1 for r in diverged)
     assert outcomes["xfailed"] == len(diverged)
-    assert all(r.hparams["lr"] < 0.1 for r in records if r.method == "gtep-diverger" and r.scenario == "high:eval")
+    assert all(r.hparams["lr"] < 0.1 for r in records if r.method == "gtep-diverger" and r.scenario.startswith("high:eval@"))
     frame = gtep.summarize(records)
     row = frame.set_index("method").loc["gtep-diverger"]
     assert row.tune_diverged == len(diverged) and row.gap == pytest.approx(row.tune_acc - row.eval_acc)
     assert sorted(frame.eval_rank) == [1, 2, 3]
 
     # Resume: drop one tuning record (an interrupted phase); the rerun does only that run again.
-    victim = next(r for r in records if r.method == "gtep-scaled" and r.scenario == "high:tune-c1" and r.seed == 1)
+    victim = next(r for r in records if r.method == "gtep-scaled" and r.scenario.endswith(":tune-c1") and r.seed == 1)
     with sqlite3.connect(pytester.path / "r.sqlite") as db:
         db.execute("DELETE FROM runs WHERE key = ?", (victim.key,))
     second = run("g.toml")

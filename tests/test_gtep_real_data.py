@@ -5,6 +5,7 @@ import clharness.runner  # noqa: F401  (loaded once: pytester runs share one tor
 import clharness.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 import sklearn.datasets  # noqa: F401
+from clharness.benchmarks.gtep import protocol as gtep
 from clharness.results import ResultsStore
 from fakedata import write_cifar100, write_cub200, write_imagefolder, write_imagenet_r
 
@@ -19,6 +20,17 @@ def write_all(root):
     write_imagefolder(root / "imagenet-a", classes=WNIDS, n_per_class=5, split=False, size=(8, 8))
 
 
+def by_phase(records):
+    """(suite, "<scenario>:tune-c<k>" | "<scenario>:eval") -> record: a tuning run is named by its
+    tuning id (shared by the scenarios with its D^HT), which the scenario's evaluation runs name."""
+    tuned = {gtep.tuning_of(r.scenario): r.scenario.split(":")[0] for r in records if ":eval@" in r.scenario}
+    out = {}
+    for r in records:
+        base, phase, k = gtep.split_scenario(r.scenario)
+        out[(r.suite, f"{tuned[base]}:tune-c{k}" if phase == "tune" else f"{base}:eval")] = r
+    return out
+
+
 def test_real_data_gtep_suites_run_quick_on_files_in_the_real_formats(pytester):
     import pathlib
     pytester.syspathinsert(pathlib.Path(__file__).parent)
@@ -31,7 +43,7 @@ def test_real_data_gtep_suites_run_quick_on_files_in_the_real_formats(pytester):
         "--clh-method", "finetune",
         "-k", "(gtep-cifar50 and (high-6 or low-10)) or (gtep-imagenet100 and high-10) or cub-low-10")
     result.assert_outcomes(passed=8)
-    records = {(r.suite, r.scenario): r for r in ResultsStore(store).records()}
+    records = by_phase(ResultsStore(store).records())
     assert set(records) == {("gtep-cifar50", "high-6:tune-c0"), ("gtep-cifar50", "high-6:eval"),
                             ("gtep-cifar50", "low-10:tune-c0"), ("gtep-cifar50", "low-10:eval"),
                             ("gtep-imagenet100", "high-10:tune-c0"), ("gtep-imagenet100", "high-10:eval"),

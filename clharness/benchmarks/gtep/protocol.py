@@ -31,7 +31,9 @@ from ...results import RunRecord
 
 BUDGET = ("epochs", "batch_size")   # general parameters that are scenario budgets, not method arguments
 HELD_AT_DEFAULT = ("momentum",)     # optimizer details the paper does not search (SGD momentum 0.9 fixed)
-PHASE = re.compile(r"^(?P<scenario>.+):(?:tune-c(?P<k>\d+)|eval)$")
+# ``<tuning id>:tune-c<k>`` and ``<scenario>:eval@<tuning id>`` (records before one tuning phase per
+# D^HT: ``<scenario>:tune-c<k>`` and ``<scenario>:eval``, their tuning id being the scenario's name)
+PHASE = re.compile(r"^(?P<scenario>.+):(?:tune-c(?P<k>\d+)|eval(?:@(?P<tuning>[^:]+))?)$")
 
 
 # ----------------------------------------------------------------------------- search spaces
@@ -98,32 +100,61 @@ def method_space(method_cls, options: Mapping[str, Any]) -> MethodSpace:
     return MethodSpace(space, fixed, tuple(own), not_tunable)
 
 
-def draw(space: Mapping[str, Param], suite: str, scenario: str, method: str, k: int) -> dict[str, Any]:
-    """Configuration k of a method (Alg. 2 lines 3-5): seeded by its identity, never global state."""
+def draw(space: Mapping[str, Param], tuning: str, method: str, k: int) -> dict[str, Any]:
+    """Configuration k of a method (Alg. 2 lines 3-5): seeded by the tuning phase's identity
+    (``tuning_id``: D^HT and everything that defines its runs, never the scenario or suite name),
+    the method and k; never global state. Scenarios that tune on the same D^HT draw the same set."""
     from ...hparams import sample
-    return sample(space, random.Random(f"gtep/{suite}/{scenario}/{method}/{k}"))
+    return sample(space, random.Random(f"gtep/{tuning}/{method}/{k}"))
+
+
+def tuning_id(spec) -> str:
+    """The identity of a scenario's tuning phase (Alg. 2): D^HT, its classes, the task
+    configuration and every common key that defines a tuning run (backbone, budgets, validation,
+    augmentation, ...), hashed without the scenario's name and its D^E. The paper tunes once per
+    D^HT and applies H* to every D^E (Sec. 4.1: "we perform experiments on the class-IL scenarios
+    generated from both the CIFAR-50-1 and ImageNet-50-1 datasets" in the tuning phase, then high
+    and low similarity D^E): scenarios with the same id share their tuning runs (same record keys,
+    in one suite or across suites). Readable: ``<dataset>[<start>-<stop>]-<task config>-<hash>``."""
+    from ...results import run_key
+    from ...suites import spec_definition
+    base = spec_definition(phase_spec(spec, "tune", {}, 0))
+    base.pop("name")
+    o = spec.options
+    where = f"[{o['tune_classes'][0]}-{o['tune_classes'][1]}]" if o["tune_classes"] else ""
+    return f"{o['tune_dataset']}{where}-{o['task_config']}-{run_key(base)[:10]}"
 
 
 # ----------------------------------------------------------------------------- cases
-def phase_spec(spec, phase: str, config: Mapping[str, Any], k: int | None = None):
+def phase_spec(spec, phase: str, config: Mapping[str, Any], k: int | None = None, tuning: str | None = None):
     """The ScenarioSpec of one phase run: the phase's dataset and classes, the configuration's
     budgets; only what defines the run stays in its options (R, S and search sets do not, so
-    changing them keeps the stored runs)."""
+    changing them keeps the stored runs). A tuning run is named by its tuning id
+    (``<tuning>:tune-c<k>``), an evaluation run by its scenario and the tuning it took H* from
+    (``<scenario>:eval@<tuning>``)."""
     o = spec.options
     side = "tune" if phase == "tune" else "eval"
-    return replace(spec, name=f"{spec.name}:tune-c{k}" if phase == "tune" else f"{spec.name}:eval",
+    name = (f"{tuning or spec.name}:tune-c{k}" if phase == "tune"
+            else f"{spec.name}:eval@{tuning}" if tuning else f"{spec.name}:eval")
+    return replace(spec, name=name,
                    dataset=o[f"{side}_dataset"], dataset_options=dict(o[f"{side}_dataset_options"]),
                    epochs=config.get("epochs", spec.epochs), batch_size=config.get("batch_size", spec.batch_size),
                    options={"phase": phase, "classes": list(o[f"{side}_classes"]), "task_config": o["task_config"],
                             "split_seed": o["split_seed"]})
 
 
-def make_case(suite, spec, method_cls, base_hparams, space: MethodSpace, config, phase, trial, k=None):
+def make_case(suite, spec, method_cls, base_hparams, space: MethodSpace, config, phase, trial, k=None,
+              tuning: str | None = None):
+    """One phase run. A tuning run is a ``TuneCase``: its key leaves out the suite, so the same
+    D^HT tuning in two suites is one stored run."""
     from ...runner import Case, resolve_hparams
     args = {**space.fixed, **config}
     hparams = resolve_hparams(method_cls, base_hparams, {a: v for a, v in args.items() if a in method_cls.hparams})
     budgets = {a: v for a, v in args.items() if a in BUDGET}
-    return Case(suite.name, phase_spec(spec, phase, budgets, k), method_cls.name, trial, hparams)
+    if phase == "tune" and tuning:
+        from .tune_case import TuneCase
+        return TuneCase(suite.name, phase_spec(spec, phase, budgets, k, tuning), method_cls.name, trial, hparams)
+    return Case(suite.name, phase_spec(spec, phase, budgets, k, tuning), method_cls.name, trial, hparams)
 
 
 # ----------------------------------------------------------------------------- selection
@@ -180,11 +211,19 @@ def select_best(tuning: Mapping[int, list[RunRecord]], rule: str = DEFAULT_SELEC
 
 # ----------------------------------------------------------------------------- outputs
 def split_scenario(name: str) -> tuple[str, str, int | None] | None:
-    """``scenario:tune-c3`` -> (scenario, "tune", 3); ``scenario:eval`` -> (scenario, "eval", None)."""
+    """``tuning:tune-c3`` -> (tuning, "tune", 3); ``scenario:eval@tuning`` (or ``scenario:eval``)
+    -> (scenario, "eval", None)."""
     m = PHASE.match(name)
     if not m:
         return None
     return m["scenario"], "tune" if m["k"] is not None else "eval", None if m["k"] is None else int(m["k"])
+
+
+def tuning_of(name: str) -> str | None:
+    """The tuning id an evaluation record took its H* from (None for records named before
+    tuning phases were shared: their tuning records carry the scenario's own name)."""
+    m = PHASE.match(name)
+    return m["tuning"] if m else None
 
 
 def is_gtep(record: RunRecord) -> bool:
@@ -201,20 +240,29 @@ def summarize(records: Iterable[RunRecord], spaces: Mapping[str, MethodSpace] | 
     import pandas as pd
 
     from ...metrics import mean_ci
+    tunes: dict[tuple, dict] = {}     # (tuning id, method) -> {k: {trial: record}}, from any suite
+    old_tunes: dict[tuple, dict] = {}   # (suite, scenario, method) -> the same, for unshared records
     groups: dict[tuple, dict] = {}
     for r in records:
         parsed = split_scenario(r.scenario)
         if parsed is None:
             continue
         scenario, phase, k = parsed
-        g = groups.setdefault((r.suite, scenario, r.method), {"tune": {}, "eval": []})
         if phase == "tune":
-            g["tune"].setdefault(k, {})[r.seed] = r
+            for table, key in ((tunes, (scenario, r.method)), (old_tunes, (r.suite, scenario, r.method))):
+                table.setdefault(key, {}).setdefault(k, {})[r.seed] = r
         else:
+            g = groups.setdefault((r.suite, scenario, r.method), {"eval": [], "tuning": tuning_of(r.scenario)})
             g["eval"].append(r)
+    used = {(g["tuning"] or sc, m) for (_, sc, m), g in groups.items()}
+    for (tuning, method), table in tunes.items():   # tuning without evaluation records (yet): its own row
+        if (tuning, method) not in used:
+            suite = next(iter(next(iter(table.values())).values())).suite
+            groups[(suite, tuning, method)] = {"eval": [], "tuning": tuning}
     rows = []
     for (suite, scenario, method), g in groups.items():
-        tuning = {k: list(v.values()) for k, v in g["tune"].items()}
+        found = tunes.get((g["tuning"], method)) if g["tuning"] else old_tunes.get((suite, scenario, method))
+        tuning = {k: list(v.values()) for k, v in sorted((found or {}).items())}
         rule, best, scores, other_rule, other_best = _selections(tuning, g["eval"])
         chosen = tuning.get(best, [])
         evals = [r for r in g["eval"] if best is None or _same_config(r, chosen)]
@@ -225,7 +273,7 @@ def summarize(records: Iterable[RunRecord], spaces: Mapping[str, MethodSpace] | 
         all_tune = [r for recs in tuning.values() for r in recs]
         passed_eval = [r for r in evals if r.status == "passed"]
         rows.append({
-            "suite": suite, "scenario": scenario, "method": method,
+            "suite": suite, "scenario": scenario, "method": method, "tuning": g["tuning"] or scenario,
             "configs": len(tuning), "tune_runs": len(all_tune), "eval_trials": len(evals),
             "tune_acc": tune_acc, "tune_acc_ci": tune_ci,
             "tune_hmean": scores.get(best, math.nan) if best is not None else math.nan,
@@ -315,7 +363,9 @@ def render(frame, fmt: str = "github") -> str:
                           f"{r.parameters:,}", _num(r.eval_train_s, 2), _num(r.total_s, 1),
                           "-" if _missing(r.config) else f"c{int(r.config)}: {r.hparams}", "; ".join(notes)])
         tau = taus[(suite, scenario)]["kendall"]
-        lines.append(f"{suite}::{scenario}  (Kendall tau, tuning vs evaluation ranking: "
+        tuned = group.tuning.iloc[0]
+        where = f"[H* tuned on {tuned}]  " if tuned != scenario else ""
+        lines.append(f"{suite}::{scenario}  {where}(Kendall tau, tuning vs evaluation ranking: "
                      f"{'-' if math.isnan(tau) else f'{tau:.3f}'}; "
                      f"{'ranking unchanged' if math.isclose(tau, 1.0) else 'ranking changes' if not math.isnan(tau) else 'fewer than 2 methods'})")
         lines.append(tabulate(table, headers=["rank", "method", "tune acc (D^HT val)", "eval acc P^E (D^E)", "gap",
@@ -362,14 +412,15 @@ def collect(node, suite, spec, methods, seeds):
     clh = node.config.stash[session_key]
     o = spec.options
     R, S = o["configurations"], o["trials"]
+    tuning = tuning_id(spec)
     for method in methods:
         method_cls = clh.harness.methods[method]
         try:
             space = method_space(method_cls, o)
             base = suite.hparams.get(method, {})
-            configs = [draw(space.space, suite.name, spec.name, method, k) for k in range(R)]
-            cases = [[make_case(suite, spec, method_cls, base, space, configs[k], "tune", s, k) for s in range(S)]
-                     for k in range(R)]
+            configs = [draw(space.space, tuning, method, k) for k in range(R)]
+            cases = [[make_case(suite, spec, method_cls, base, space, configs[k], "tune", s, k, tuning)
+                      for s in range(S)] for k in range(R)]
         except HParamError as exc:
             raise SuiteError(f"{node.path}: scenario {spec.name!r}: {exc}") from None
         tune_keys = {}
@@ -378,12 +429,13 @@ def collect(node, suite, spec, methods, seeds):
                 item = make_item(CaseItem, node, f"{spec.name}[{method}-tune-c{k}-t{s}]", _run_tune)
                 item.case, item.case_key = cases[k][s], case_key(cases[k][s], method_cls)
                 item.amend = phase_amend(cases[k][s])   # also for records kept by a remote runner at session end
+                item.gtep_tune = True
                 tune_keys.setdefault(k, []).append(item.case_key)
                 yield item
         for s in range(S):
             item = make_item(EvalItem, node, f"{spec.name}[{method}-eval-t{s}]", _run_eval)
             item.suite, item.spec, item.method, item.trial = suite, spec, method, s
-            item.space, item.configs, item.tune_keys = space, configs, tune_keys
+            item.space, item.configs, item.tune_keys, item.tuning = space, configs, tune_keys, tuning
             yield item
 
 
@@ -421,12 +473,44 @@ def _run_eval(request) -> None:
                     f"(reported as NaN, as the paper reports BEEF)", pytrace=False)
     method_cls = clh.harness.methods[item.method]
     case = make_case(item.suite, item.spec, method_cls, item.suite.hparams.get(item.method, {}), item.space,
-                     item.configs[best], "eval", item.trial)
+                     item.configs[best], "eval", item.trial, tuning=item.tuning)
     _run_phase_case(request, case)
 
 
 def _run_tune(request) -> None:
-    _run_phase_case(request, request.node.case, divergence_expected=True)
+    """A tuning run. Scenarios that share a D^HT yield the same tuning cases (so each one's items
+    can be selected alone, by -k or --lf); of the selected items with one key only the first in
+    collection order trains it, the others wait for its record (under pytest-xdist too: every
+    worker collects the same items in the same order) and report it as shared."""
+    import pytest
+
+    from ...pytest_plugin import session_key
+    item = request.node
+    owner = _tune_owners(request.session).get(item.case_key)
+    if owner is None or owner == item.nodeid:
+        _run_phase_case(request, item.case, divergence_expected=True)
+        return
+    clh = request.config.stash[session_key]
+    records, missing = clh.wait_for([item.case_key])
+    if missing:
+        pytest.fail(f"GTEP shared tuning run {item.case.scenario.name} (trial {item.case.seed}) has no record: "
+                    f"{owner}, which trains it, did not finish", pytrace=False)
+    item.user_properties.append(("clh_shared_with", owner))
+    if records[0].status != "passed":
+        pytest.xfail(f"shared tuning run {owner}: {records[0].status} (counted in selection as NaN)")
+
+
+def _tune_owners(session) -> dict[str, str]:
+    """Tuning record key -> node id of the first selected item that runs it (computed once)."""
+    owners = getattr(session, "_clh_gtep_tune_owners", None)
+    if owners is None or owners[0] != len(session.items):
+        table: dict[str, str] = {}
+        for it in session.items:
+            if getattr(it, "gtep_tune", False):
+                table.setdefault(it.case_key, it.nodeid)
+        owners = (len(session.items), table)
+        session._clh_gtep_tune_owners = owners
+    return owners[1]
 
 
 def _run_phase_case(request, case, divergence_expected: bool = False) -> None:
