@@ -52,6 +52,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--clh-gate-timeout", type=float, default=3600, metavar="SECONDS",
                     help="how long a gate waits for the cases it judges (pytest-xdist) (default: %(default)s)")
     group.addoption("--clh-quick", action="store_true", help="shrunk budgets: the suites' [quick] settings")
+    group.addoption("--clh-preset", action="append", default=[], metavar="FAMILY:NAME",
+                    help="a family's published configurations, e.g. gtep:cifar50-1-10tasks (GTEP: also run the "
+                         "paper's H* on D^E beside the tuned one); repeatable")
     group.addoption("--clh-plugin", action="append", default=[], metavar="MODULE",
                     help="import MODULE as a clharness plugin; repeatable")
     group.addoption("--clh-log", action="append", default=[], metavar="tensorboard:DIR|wandb:PROJECT|mlflow:URI",

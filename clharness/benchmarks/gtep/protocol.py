@@ -33,6 +33,7 @@ BUDGET = ("epochs", "batch_size")   # general parameters that are scenario budge
 HELD_AT_DEFAULT = ("momentum",)     # optimizer details the paper does not search (SGD momentum 0.9 fixed)
 # ``<tuning id>:tune-c<k>`` and ``<scenario>:eval@<tuning id>`` (records before one tuning phase per
 # D^HT: ``<scenario>:tune-c<k>`` and ``<scenario>:eval``, their tuning id being the scenario's name)
+PAPER = "paper-"   # ``<scenario>:eval@paper-<preset>``: the paper's configuration (--clh-preset gtep:<preset>)
 PHASE = re.compile(r"^(?P<scenario>.+):(?:tune-c(?P<k>\d+)|eval(?:@(?P<tuning>[^:]+))?)$")
 
 
@@ -216,6 +217,8 @@ def split_scenario(name: str) -> tuple[str, str, int | None] | None:
     m = PHASE.match(name)
     if not m:
         return None
+    if m["tuning"] and m["tuning"].startswith(PAPER):   # the paper's H*: a scenario of its own in every table
+        return f"{m['scenario']} [paper H* {m['tuning'][len(PAPER):]}]", "eval", None
     return m["scenario"], "tune" if m["k"] is not None else "eval", None if m["k"] is None else int(m["k"])
 
 
@@ -263,6 +266,7 @@ def summarize(records: Iterable[RunRecord], spaces: Mapping[str, MethodSpace] | 
     for (suite, scenario, method), g in groups.items():
         found = tunes.get((g["tuning"], method)) if g["tuning"] else old_tunes.get((suite, scenario, method))
         tuning = {k: list(v.values()) for k, v in sorted((found or {}).items())}
+        paper = bool(g["tuning"] and g["tuning"].startswith(PAPER))
         rule, best, scores, other_rule, other_best = _selections(tuning, g["eval"])
         chosen = tuning.get(best, [])
         evals = [r for r in g["eval"] if best is None or _same_config(r, chosen)]
@@ -283,7 +287,8 @@ def summarize(records: Iterable[RunRecord], spaces: Mapping[str, MethodSpace] | 
             "eval_std": float(np.std(acc(passed_eval), ddof=1)) if len(passed_eval) > 1 else math.nan,
             "tune_diverged": sum(r.status != "passed" for r in all_tune),
             "eval_diverged": sum(r.status != "passed" for r in evals),
-            "config": best, "hparams": _config_text(chosen[0] if chosen else None),
+            "config": best, "hparams": _config_text(chosen[0] if chosen else g["eval"][0] if paper else None),
+            "paper": paper,
             "selection": rule, "other_selection": other_rule, "other_config": other_best,
             "other_hparams": _config_text(tuning[other_best][0] if other_best in tuning else None),
             "readings_differ": other_best != best,
@@ -350,7 +355,7 @@ def render(frame, fmt: str = "github") -> str:
                 notes.append("general parameters only (no declared space)")
             if r.not_tunable:
                 notes.append(f"does not take general parameter(s) {r.not_tunable}")
-            if _missing(r.config):
+            if _missing(r.config) and not r.paper:
                 notes.append("no configuration finished every tuning trial (NaN)")
             if r.readings_differ:
                 notes.append(f"{r.other_selection} would choose "
@@ -361,10 +366,11 @@ def render(frame, fmt: str = "github") -> str:
                           f"{r.tune_diverged}/{r.tune_runs}", f"{r.eval_diverged}/{r.eval_trials}",
                           int(r.tune_rank) if not math.isnan(r.tune_rank) else "-",
                           f"{r.parameters:,}", _num(r.eval_train_s, 2), _num(r.total_s, 1),
-                          "-" if _missing(r.config) else f"c{int(r.config)}: {r.hparams}", "; ".join(notes)])
+                          f"paper: {r.hparams}" if r.paper else "-" if _missing(r.config)
+                          else f"c{int(r.config)}: {r.hparams}", "; ".join(notes)])
         tau = taus[(suite, scenario)]["kendall"]
         tuned = group.tuning.iloc[0]
-        where = f"[H* tuned on {tuned}]  " if tuned != scenario else ""
+        where = f"[H* tuned on {tuned}]  " if tuned != scenario and not tuned.startswith(PAPER) else ""
         lines.append(f"{suite}::{scenario}  {where}(Kendall tau, tuning vs evaluation ranking: "
                      f"{'-' if math.isnan(tau) else f'{tau:.3f}'}; "
                      f"{'ranking unchanged' if math.isclose(tau, 1.0) else 'ranking changes' if not math.isnan(tau) else 'fewer than 2 methods'})")
@@ -405,7 +411,12 @@ def method_spaces(harness, methods: Iterable[str], options=None) -> dict[str, Me
 # ----------------------------------------------------------------------------- pytest items
 def collect(node, suite, spec, methods, seeds):
     """The kind's items: per method, R x S tuning items, then S evaluation items. Every search
-    space is checked here, before any training; a bad one fails the suite's collection."""
+    space is checked here, before any training; a bad one fails the suite's collection. With
+    ``--clh-preset gtep:<name>`` also S items ``[<method>-paper-eval-t<s>]`` per method the preset
+    holds: the paper's own configuration (appendix A, paper_configs.py) on D^E, recorded as
+    ``<scenario>:eval@paper-<name>`` (a row of its own in the GTEP table, beside the tuned H*).
+    Parameters the preset names that the method does not take are not applied (``unmapped`` in
+    paper_configs.json lists the paper's keys with no counterpart here)."""
     from ...pytest_plugin import CaseItem, make_item, session_key
     from ...runner import case_key
     from ...suites import SuiteError
@@ -413,6 +424,7 @@ def collect(node, suite, spec, methods, seeds):
     o = spec.options
     R, S = o["configurations"], o["trials"]
     tuning = tuning_id(spec)
+    presets = session_presets(node.config)
     for method in methods:
         method_cls = clh.harness.methods[method]
         try:
@@ -437,6 +449,40 @@ def collect(node, suite, spec, methods, seeds):
             item.suite, item.spec, item.method, item.trial = suite, spec, method, s
             item.space, item.configs, item.tune_keys, item.tuning = space, configs, tune_keys, tuning
             yield item
+        for name, table in presets:
+            if method not in table:
+                continue
+            try:
+                paper = [make_case(suite, spec, method_cls, base, space, table[method], "eval", s,
+                                   tuning=f"{PAPER}{name}") for s in range(S)]
+            except HParamError as exc:
+                raise SuiteError(f"{node.path}: scenario {spec.name!r}: --clh-preset gtep:{name}: {exc}") from None
+            for s in range(S):   # the paper's H* on D^E (Alg. 3 with the appendix's configuration)
+                item = make_item(CaseItem, node, f"{spec.name}[{method}-paper-eval-t{s}]", _run_paper)
+                item.case, item.case_key = paper[s], case_key(paper[s], method_cls)
+                item.amend = phase_amend(paper[s])
+                yield item
+
+
+def session_presets(config) -> list[tuple[str, dict]]:
+    """``--clh-preset gtep:<name>`` -> [(name, {our method: the paper's configuration})]; other
+    families' presets are theirs to read."""
+    from ...suites import SuiteError
+    from .paper_configs import PresetError, preset
+    out = []
+    for text in config.getoption("clh_preset", None) or []:
+        family, _, name = text.partition(":")
+        if family != "gtep":
+            continue
+        try:
+            out.append((name, preset(name)))
+        except PresetError as exc:
+            raise SuiteError(str(exc)) from None
+    return out
+
+
+def _run_paper(request) -> None:
+    _run_phase_case(request, request.node.case)
 
 
 def _eval_item_class():
