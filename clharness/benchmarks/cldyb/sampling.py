@@ -34,7 +34,9 @@ def check_task_counts(available: int, k: int, j: int) -> None:
 
 def potentials(prototypes: Sequence[torch.Tensor]) -> torch.Tensor:
     """Eq. 3: the (C x C) pairwise potential from M (C x D_m) prototype matrices. z() runs over the
-    pairs p != q (the diagonal, cos = 1, would otherwise always be the maximum)."""
+    pairs p != q (the diagonal, cos = 1, would otherwise always be the maximum) of the classes given:
+    for alg. 1 line 4 pass the candidate classes C = D \ C^{<t} only, since min and max change with
+    the class set (and with them the greedy products)."""
     if not prototypes:
         raise SamplingError("potentials need the prototypes of at least one model (M >= 1)")
     c = prototypes[0].shape[0]

@@ -224,25 +224,24 @@ class Search:
     # ------------------------------------------------------------------ stage A
     def propose(self, timings: dict) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray | None]:
         """Candidates for this step: (J x K) positions into ``names``, the names, cluster labels, and
-        the potential matrix (None where it was not needed)."""
+        the potential matrix over the candidate classes ``names`` (None where it was not needed)."""
         cfg, pool = self.cfg, self.pool
         names = pool.available()
         sampling.check_task_counts(len(names), cfg.classes_per_task, cfg.candidates)
         psi, feats, labels = None, None, None
         t0 = time.perf_counter()
         need_feats = cfg.sampling == "greedy" or cfg.clustering or cfg.search == "most-similar"
-        previous = self.state.tasks[-1] if self.state.tasks else []
-        probe_names = names + previous
+        previous = self.state.tasks[-1] if self.state.tasks and cfg.search == "most-similar" else []
+        probe_names = names + previous   # previous classes only for ablation (d)'s similarity
         if need_feats:
             data = pool.data(probe_names, "train", limit=pool.probe_per_class)
             feats, labels = probe_features(self.state.methods, data)
             protos = [prototypes(f, labels, len(probe_names)) for f in feats]
             _sync(self.device)
         t1 = time.perf_counter()
-        if cfg.sampling == "greedy" or cfg.search == "most-similar":
-            psi = sampling.potentials(protos)
-        if cfg.sampling == "greedy":
-            tasks = sampling.greedy_tasks(psi[:len(names), :len(names)], cfg.classes_per_task, cfg.candidates, self.rng)
+        if cfg.sampling == "greedy":   # alg. 1 line 4: Psi and its z() range over p, q in C = D \ C^{<t} only
+            psi = sampling.potentials([p[:len(names)] for p in protos])
+            tasks = sampling.greedy_tasks(psi, cfg.classes_per_task, cfg.candidates, self.rng)
         else:
             groups = {}
             for i, n in enumerate(names):
@@ -262,7 +261,7 @@ class Search:
         t3 = time.perf_counter()
         timings.update(prototypes=t1 - t0, sampling=t2 - t1, clustering=t3 - t2)
         prev_pos = list(range(len(names), len(probe_names)))
-        self._similarity = (sampling.task_similarity(psi, tasks[picked], prev_pos)
+        self._similarity = (sampling.task_similarity(sampling.potentials(protos), tasks[picked], prev_pos)
                             if cfg.search == "most-similar" and prev_pos else None)
         return tasks[picked], names, clusters[picked], psi
 
