@@ -56,6 +56,8 @@ class Line:
         tw = self.reporter._tw
         if not self.tty:
             if final:
+                if tw.width_of_current_line:   # after the status letters: a line of its own
+                    tw.line()
                 self.reporter.write_line(f"clharness: {text}")
             return
         if not self.shown:

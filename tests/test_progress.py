@@ -102,3 +102,16 @@ def test_terminal_line_updates_in_place_and_returns_to_the_test_line():
     line.clear()
     # one new line, each update redrawn over the last, then back up to column 12 of the test line
     assert reporter._tw.out.getvalue() == ("\n\r\x1b[Ktask 1/3\r\x1b[Ktask 2/3\r\x1b[K\x1b[1A\x1b[12C")
+
+
+def test_xdist_controller_counts_runs_done(pytester, monkeypatch):
+    """Under -n 2 the workers' task lines are not shown; the controller writes runs done/total."""
+    monkeypatch.setenv("PYTHONPATH", str(HERE), prepend=":")
+    pytester.makefile(".toml", mini=MINI)
+    result = pytester.runpytest_subprocess("-p", "plugin_methods", "-p", "no:cacheprovider", "mini.toml",
+                                           "--clh-method", "tiny", "-n", "2")
+    result.assert_outcomes(passed=2)
+    done = [int(m.group(1)) for m in map(re.compile(r"^clharness: session  runs (\d)/2  elapsed \S+  ETA \S+$").match,
+                                         result.outlines) if m]
+    assert done == [1, 2]
+    assert not any(map(TASK_LINE.match, result.outlines))
