@@ -70,7 +70,7 @@ def shared_tables() -> list[FeatureTable]:
 def weights_digest(module: nn.Module) -> str:
     """Digest of a module's structure (module types and their plain settings, e.g. a ViT's pooling
     or a VPT's depth flag) and the exact bytes of every parameter and buffer."""
-    h = hashlib.blake2b(digest_size=20)
+    h = hashlib.sha1(usedforsecurity=False)   # identity, not security: the fastest here (hardware SHA)
     for name, m in module.named_modules():
         plain = sorted((k, repr(v)) for k, v in vars(m).items()
                        if not k.startswith("_") and k != "training" and isinstance(v, (bool, int, float, str, tuple, type(None))))
@@ -78,7 +78,7 @@ def weights_digest(module: nn.Module) -> str:
     for name, t in module.state_dict(keep_vars=True).items():
         t = t.detach()
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)}:{t.device};".encode())
-        h.update(t.contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes())
+        h.update(t.contiguous().reshape(-1).view(torch.uint8).cpu().numpy())   # the buffer itself, no copy
     return h.hexdigest()
 
 
