@@ -85,3 +85,31 @@ def test_the_search_normalises_potentials_over_the_unused_classes(monkeypatch):
         # one model: z() over exactly these classes spans [0, 1]
         assert psi[off].min().item() == pytest.approx(0.0, abs=1e-6)
         assert psi[off].max().item() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_ablation_d_compares_candidates_with_every_previous_task(monkeypatch):
+    """At step 2 the similarity reads the classes of tasks 0 and 1 (four positions after the unused
+    classes), and the chosen candidate is the one with the highest mean potential to all of them."""
+    steps, calls = run_search(monkeypatch, "task_similarity", search="most-similar")
+    assert len(calls) == 2
+    for step, ((psi, tasks, previous), _, available) in zip(steps[1:], calls):
+        assert list(previous) == list(range(len(available), len(available) + 2 * step.step))
+        expected = [psi[np.ix_(t, previous)].mean().item() for t in tasks]
+        values = [c["value"] for c in step.candidates]
+        assert values == pytest.approx(expected, abs=1e-6)
+        assert step.chosen == int(np.argmax(expected))
+    prior = {c for s in steps[:2] for c in s.classes}
+    assert len(prior) == 4
+
+
+def test_most_similar_to_all_previous_tasks_not_only_the_last():
+    """Hand-made potentials: X matches the last task (class 1) only, Y both previous tasks (0, 1)
+    moderately; compared with all previous tasks Y wins, with the last one alone X would."""
+    #                  X     Y    t0    t1
+    psi = torch.tensor([[1.0, 0.5, 0.0, 0.9],
+                        [0.5, 1.0, 0.6, 0.6],
+                        [0.0, 0.6, 1.0, 0.2],
+                        [0.9, 0.6, 0.2, 1.0]])
+    candidates = np.array([[0], [1]])
+    assert sampling.task_similarity(psi, candidates, previous=[2, 3]).argmax() == 1
+    assert sampling.task_similarity(psi, candidates, previous=[3]).argmax() == 0

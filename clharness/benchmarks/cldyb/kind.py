@@ -224,6 +224,7 @@ def step_timings(sequence: dict) -> dict[str, float]:
 def collect(node, suite, spec: ScenarioSpec, methods: list[str], seeds: int):
     from ...pytest_plugin import _run_clh_case, session_key
     from ...runner import Case, case_key, resolve_hparams, versions
+    from .search import SEARCH_VERSION
     from ...results import run_key
     from ...suites import SuiteError
     clh = node.config.stash[session_key]
@@ -267,7 +268,7 @@ def collect(node, suite, spec: ScenarioSpec, methods: list[str], seeds: int):
                 jobs.append(Job(use_case, use_case, [], list(methods)))
         for job in jobs:
             definition = {"kind": "cldyb-search", "suite": suite.name, "scenario": dataclasses.asdict(spec),
-                          "job": job.label, "seed": seed, "versions": versions(),
+                          "job": job.label, "seed": seed, "versions": versions(), "search_version": SEARCH_VERSION,
                           "methods": [(m, clh.harness.methods[m].version, hparams[m]) for m in job.searchers]}
             key = run_key(definition)
             path = root / f"{suite.name}-{spec.name}-{job.label}-seed{seed}.json"

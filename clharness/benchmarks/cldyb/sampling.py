@@ -35,7 +35,7 @@ def check_task_counts(available: int, k: int, j: int) -> None:
 def potentials(prototypes: Sequence[torch.Tensor]) -> torch.Tensor:
     """Eq. 3: the (C x C) pairwise potential from M (C x D_m) prototype matrices. z() runs over the
     pairs p != q (the diagonal, cos = 1, would otherwise always be the maximum) of the classes given:
-    for alg. 1 line 4 pass the candidate classes C = D \ C^{<t} only, since min and max change with
+    for alg. 1 line 4 pass the candidate classes C = D minus C^{<t} only, since min and max change with
     the class set (and with them the greedy products)."""
     if not prototypes:
         raise SamplingError("potentials need the prototypes of at least one model (M >= 1)")
@@ -98,8 +98,9 @@ def unique_tasks(tasks: np.ndarray) -> np.ndarray:
 
 
 def task_similarity(psi: torch.Tensor, tasks: np.ndarray, previous: Sequence[int]) -> np.ndarray:
-    """Mean potential between each candidate's classes and a previous task's: ablation (d) picks
-    the most similar task instead of searching."""
+    """Mean potential between each candidate's classes and the ``previous`` classes (those of every
+    previously encountered task; tasks have K classes each, so each task weighs the same): ablation
+    (d) of figure 7 picks the task most similar to all previous tasks instead of searching."""
     prev = torch.as_tensor(list(previous), device=psi.device)
     t = torch.from_numpy(tasks).to(psi.device)
     return psi[t][:, :, prev].mean(dim=(1, 2)).cpu().numpy()

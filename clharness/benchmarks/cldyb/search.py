@@ -34,6 +34,9 @@ from . import clustering, sampling
 from .pool import DataPool
 
 SEARCHES = ("lookahead", "mcts", "most-similar", "random")
+# Bump when the sequences a search finds change (part of the search record's key). 2: alg. 1 line 4
+# normalises over the candidate classes only; ablation (d) compares with all previous tasks (issue 15).
+SEARCH_VERSION = 2
 SAMPLINGS = ("greedy", "uniform")
 
 
@@ -231,8 +234,9 @@ class Search:
         psi, feats, labels = None, None, None
         t0 = time.perf_counter()
         need_feats = cfg.sampling == "greedy" or cfg.clustering or cfg.search == "most-similar"
-        previous = self.state.tasks[-1] if self.state.tasks and cfg.search == "most-similar" else []
-        probe_names = names + previous   # previous classes only for ablation (d)'s similarity
+        # ablation (d): the classes of every previously encountered task, not only the last one
+        previous = [c for task in self.state.tasks for c in task] if cfg.search == "most-similar" else []
+        probe_names = names + previous
         if need_feats:
             data = pool.data(probe_names, "train", limit=pool.probe_per_class)
             feats, labels = probe_features(self.state.methods, data)
@@ -361,7 +365,7 @@ class Search:
                 tasks, names, clusters, _ = self.propose(timings)
                 named = [[names[i] for i in row] for row in tasks]
                 t0 = time.perf_counter()
-                if cfg.search == "most-similar":   # ablation (d): the task most similar to the previous one
+                if cfg.search == "most-similar":   # ablation (d): the task most similar to all previous ones
                     values, rewards = self._similarity.tolist(), [None] * len(named)
                 elif cfg.search == "mcts":
                     values, rewards = self.value_mcts(named)
