@@ -68,6 +68,6 @@ def test_real_data_suites_collect_every_phase_item(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider", "--collect-only", "-q", "--clh-suite", "gtep-vit",
                                 "--clh-method", "ncm")
     ids = [line for line in result.outlines if "::" in line]
-    # 8 scenarios x (30 configurations x 5 trials + 5 evaluation trials)
-    assert len(ids) == 8 * (30 * 5 + 5)
+    # 12 scenarios x (30 configurations x 5 trials + 5 evaluation trials)
+    assert len(ids) == 12 * (30 * 5 + 5)
     assert "gtep-vit::imr-low-20[ncm-tune-c29-t4]" in ids and "gtep-vit::cub-high-10[ncm-eval-t0]" in ids
