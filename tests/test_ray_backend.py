@@ -19,6 +19,7 @@ import pytest
 import ray
 
 import clharness.benchmarks.cldyb.search  # noqa: F401  (loaded once: pytester runs share one torch)
+import clharness.ray_backend  # noqa: F401  (one module for the test and its sessions: the spy patches it)
 import clharness.runner  # noqa: F401
 from clharness.results import ResultsStore
 
