@@ -14,6 +14,7 @@ the line shows tasks only.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Callable
 
@@ -45,14 +46,22 @@ class Line:
     """Shows progress on the terminal reporter: an updating line below the current one on a
     terminal (the test line is left as it was when the case ends), plain lines otherwise."""
 
-    def __init__(self, reporter, now: Callable[[], float] = time.monotonic):
+    def __init__(self, reporter, now: Callable[[], float] = time.monotonic, capture=None):
         self.reporter, self.now = reporter, now
+        self.capture = capture   # pytest's capture manager: a case writes while output is captured
         self.tty = bool(getattr(reporter, "isatty", False))
         self.shown = False
         self.column = 0
 
+    def _uncaptured(self):
+        return self.capture.global_and_fixture_disabled() if self.capture is not None else contextlib.nullcontext()
+
     def show(self, text: str, final: bool = False) -> None:
         """On a terminal: (re)draw ``text``; elsewhere: one line per call when ``final``."""
+        with self._uncaptured():
+            self._show(text, final)
+
+    def _show(self, text: str, final: bool) -> None:
         tw = self.reporter._tw
         if not self.tty:
             if final:
@@ -70,7 +79,8 @@ class Line:
         """Erase the progress line and put the cursor back at the end of the test line."""
         if self.tty and self.shown:
             tw = self.reporter._tw
-            tw.write(ERASE + "\x1b[1A" + (f"\x1b[{self.column}C" if self.column else ""), flush=True)
+            with self._uncaptured():
+                tw.write(ERASE + "\x1b[1A" + (f"\x1b[{self.column}C" if self.column else ""), flush=True)
             tw._current_line = " " * self.column   # pytest's idea of the line it is writing on
             self.shown = False
 
@@ -89,7 +99,8 @@ class ProgressPlugin:
         if self.config.get_verbosity() < 0 or hasattr(self.config, "workerinput"):
             return None
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        return Line(reporter, self.now) if reporter is not None else None
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        return Line(reporter, self.now, capture) if reporter is not None else None
 
     def case_callback(self, label: str) -> Callable[[int, int], None] | None:
         """``on_task(task, T)`` for one case run in this process, or None when quiet."""

@@ -54,8 +54,12 @@ def run(pytester):
     return _run
 
 
-def test_non_terminal_gets_one_line_per_finished_task(run):
-    result = run()
+def test_non_terminal_gets_one_line_per_finished_task(pytester, monkeypatch):
+    # a subprocess: its fd-level output capture during the case is what the lines must get past
+    monkeypatch.setenv("PYTHONPATH", str(HERE), prepend=":")
+    pytester.makefile(".toml", mini=MINI)
+    result = pytester.runpytest_subprocess("-p", "plugin_methods", "-p", "no:cacheprovider", "mini.toml",
+                                           "--clh-method", "tiny")
     result.assert_outcomes(passed=2)
     lines = [m.groups() for m in map(TASK_LINE.match, result.outlines) if m]
     assert lines == [(seed, str(task)) for seed in "01" for task in range(1, 6)]
