@@ -101,22 +101,23 @@ def _record() -> None:
 
 # Recorded on main at d571360, before the move, by `python tests/test_family_guard.py`; gtep-digits
 # re-recorded for issue 15 item 1 (one tuning phase per D^HT: tuning runs keyed and named by the
-# D^HT's tuning id, configurations drawn from it, evaluation runs named <scenario>:eval@<tuning id>):
+# D^HT's tuning id, configurations drawn from it, evaluation runs named <scenario>:eval@<tuning id>);
+# cldyb-mini re-recorded for issue 15 items 5 and 9 (candidate-only normalisation, ablation (d), SEARCH_VERSION 2):
 # suite -> {record key: [case id, accuracy matrix (None: not reached), metrics]}.
 EXPECTED = {
     'cldyb-mini': {
-        '33bce748e04a420dfbe3': ['cldyb-mini::mini/cc[cldyb-search-seed0]',
+        '0c8808058c552752a5c5': ['cldyb-mini::mini/random[cldyb-search-seed0]',
             [],
-            {'clustering_seconds': 1.3299801369998931, 'learn_seconds': 0.29152840999995533, 'lookahead_seconds': 1.283877672000017, 'prototypes_seconds': 0.08978659049989801, 'sampling_seconds': 0.09961487999999008}],
-        '95f3ccc8760a71ef1c1f': ['cldyb-mini::mini/cc[lwf-seed0]',
-            [[0.37, 0.0, 0.01], [0.36, 0.0, 0.01], [0.36, 0.0, 0.0]],
-            {'acc': 0.18166666666666664, 'afm': 0.0050000000000000044, 'ala': 0.12333333333333334, 'ar': -0.0050000000000000044, 'avg_inc_acc': 0.22333333333333336, 'bwt': -0.006666666666666672, 'final_acc': 0.12, 'forgetting': 0.0050000000000000044, 'fwt': 0.006666666666666667, 'hmean': 0.15611650485436893}],
-        'aeeee66a17df10c28910': ['cldyb-mini::mini/random[cldyb-search-seed0]',
+            {'clustering_seconds': 0.0, 'learn_seconds': 5.335001333151013e-06, 'lookahead_seconds': 0.0, 'prototypes_seconds': 0.0, 'sampling_seconds': 0.0}],
+        '35d5d1918e90dd3e8f16': ['cldyb-mini::mini/cc[cldyb-search-seed0]',
             [],
-            {'clustering_seconds': 0.0, 'learn_seconds': 1.02349999906437e-05, 'lookahead_seconds': 0.0, 'prototypes_seconds': 0.0, 'sampling_seconds': 0.0}],
-        'd369a5d6b78a64a50d84': ['cldyb-mini::mini/random[lwf-seed0]',
+            {'clustering_seconds': 0.06307656599983602, 'learn_seconds': 0.011388750000151049, 'lookahead_seconds': 0.048212169500402524, 'prototypes_seconds': 0.004555302999506239, 'sampling_seconds': 0.0037635200005752267}],
+        '83e62f03c054af76a325': ['cldyb-mini::mini/random[lwf-seed0]',
             [[0.37, 0.01, 0.02], [0.25, 0.22, 0.02], [0.21, 0.18, 0.2]],
-            {'acc': 0.2383333333333333, 'afm': 0.1, 'ala': 0.26333333333333336, 'ar': -0.1, 'avg_inc_acc': 0.2672222222222222, 'bwt': -0.10666666666666669, 'final_acc': 0.19666666666666666, 'forgetting': 0.1, 'fwt': 0.016666666666666666, 'hmean': 0.22657884231536923}],
+            {'aa': 0.19666666666666668, 'acc': 0.2383333333333333, 'afm': 0.1, 'ala': 0.26333333333333336, 'ar': -0.1, 'avg_inc_acc': 0.2672222222222222, 'bwt': -0.10666666666666669, 'final_acc': 0.19666666666666666, 'forgetting': 0.1, 'fwt': 0.016666666666666666, 'hmean': 0.22657884231536923}],
+        'e528e79894e98ebd354d': ['cldyb-mini::mini/cc[lwf-seed0]',
+            [[0.37, 0.0, 0.01], [0.36, 0.0, 0.01], [0.36, 0.0, 0.0]],
+            {'aa': 0.12, 'acc': 0.18166666666666664, 'afm': 0.0050000000000000044, 'ala': 0.12333333333333334, 'ar': -0.0050000000000000044, 'avg_inc_acc': 0.22333333333333336, 'bwt': -0.006666666666666672, 'final_acc': 0.12, 'forgetting': 0.0050000000000000044, 'fwt': 0.006666666666666667, 'hmean': 0.15611650485436893}],
     },
     'gtep-digits': {
         '0a0da664b4537c92b102': ['gtep-digits::synthetic[0-10]-5-equal-7c690a458c:tune-c1[finetune-seed0]',
@@ -154,7 +155,6 @@ EXPECTED = {
             {'final_acc': 0.9, 'info_retention': 0.8943174603174603}],
     },
 }
-
 
 if __name__ == "__main__":
     _record()

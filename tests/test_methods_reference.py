@@ -135,8 +135,9 @@ def _predictions(method, tests):
     return torch.cat([method.predict(x) for data in tests for x, _ in data.batches(512)])
 
 
-# L2P and DualPrompt prompt a ViT (no MLP): their clone test is in tests/test_ptm_methods.py
-VIT_ONLY = {"l2p", "dualprompt"}
+# The ViT-prompting methods need a ViT (no MLP): their clone tests are in tests/test_ptm_methods.py
+# (L2P, DualPrompt) and tests/test_ptm_new_methods.py (the rest)
+VIT_ONLY = {"l2p", "dualprompt", "aper", "coda_prompt", "ease", "hide_prompt", "lae", "pgp"}
 SMALL = {"ranpac": {"projection_dim": 256}}   # M = 10,000 by default: a 10k x 10k solve per task
 
 
@@ -214,7 +215,7 @@ def test_hyperparameters_are_validated():
     with pytest.raises(clh.HParamError, match=r"'lr'=5.0 is outside \[0.0001, 1.0\]"):
         METHODS["er"](context(0), lr=5.0)
     with pytest.raises(clh.HParamError, match=r"method 'ewc': unknown hyperparameter\(s\) \['no_such_thing'\]; "
-                                                r"declared: \['ewc_lambda', 'lr'"):
+                                                r"declared: \['ewc_lambda', 'ewc_mode', 'lr'"):
         METHODS["ewc"](context(0), no_such_thing=1)
     er = METHODS["er"](context(0), buffer="reservoir", optimizer="adam", lr=1e-3)
     assert "momentum" not in er.hp                      # only active for SGD

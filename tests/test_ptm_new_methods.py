@@ -311,7 +311,7 @@ def test_new_methods_clone_independently_and_count_their_state(name, hp, data):
     size = lambda r: r.parameters + r.tensor_elements   # noqa: E731
     assert report.exemplars == 0
     if name == "lae":                                       # its two PETs exist from the start
-        parts = (method.frozen, method.head, method.online, method.offline)
+        parts = (method.head, method.online, method.offline)  # the shared frozen ViT is not counted (B.4)
         assert size(report) == size(bare) == sum(p.numel() for m in parts for p in m.parameters()) + CLASSES   # + seen
     else:                                                   # components, branches, bases, statistics
         assert size(report) > size(bare)

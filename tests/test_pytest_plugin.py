@@ -50,8 +50,11 @@ def run(pytester):
 
 
 def case_ids(result):
-    return [line.split(" ")[0] for line in result.outlines if "[" in line and "::" in line
-            and line.split(" ")[0].count("::") == 1 and not line.startswith(("FAILED", "DIVERGED", "ERROR"))]
+    """Case ids in the order pytest reports them (a non-terminal's progress lines may split an item's
+    line in two: its id first, its outcome after the progress lines, so each id counts once)."""
+    return list(dict.fromkeys(
+        line.split(" ")[0] for line in result.outlines if "[" in line and "::" in line
+        and line.split(" ")[0].count("::") == 1 and not line.startswith(("FAILED", "DIVERGED", "ERROR"))))
 
 
 def test_suite_file_collects_cases_with_readable_ids(run):
