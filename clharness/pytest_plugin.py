@@ -75,8 +75,11 @@ def pytest_configure(config: pytest.Config) -> None:
     clh = ClhSession(config)
     config.stash[session_key] = clh
     config.pluginmanager.register(clh, "clharness-session")
-    from .progress import ProgressPlugin   # task i/T and ETA inside long cases, runs done under xdist/Ray
-    config.pluginmanager.register(ProgressPlugin(config), "clharness-progress")
+    if config.getoption("clh_suite") or any(str(a).split("::")[0].endswith(".toml") for a in config.args):
+        # task i/T and ETA inside long cases, runs done under xdist/Ray; inert (unregistered) in a
+        # pytest run that asks for no suite, so other projects' sessions print nothing of ours
+        from .progress import ProgressPlugin
+        config.pluginmanager.register(ProgressPlugin(config), "clharness-progress")
     if config.getoption("clh_ray"):
         _start_ray_plugin(config, clh)
     if config.getoption("clh_suite") and config.args_source != pytest.Config.ArgsSource.ARGS:

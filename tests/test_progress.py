@@ -119,3 +119,12 @@ def test_xdist_controller_counts_runs_done(pytester, monkeypatch):
                                          result.outlines) if m]
     assert done == [1, 2]
     assert not any(map(TASK_LINE.match, result.outlines))
+
+
+def test_a_session_without_suites_prints_no_progress_of_ours(pytester):
+    """Installed clharness is active in every pytest run: without a suite it stays silent, also on
+    an xdist controller (the harness's own test run, or any other project's)."""
+    pytester.makepyfile(test_plain="def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    assert not [line for line in result.outlines if "clharness:" in line]
