@@ -36,8 +36,15 @@ def _load_cached(cls, options: tuple, name: str, root: str | None, train: bool, 
     return source.load(Path(root) if root else None, train, download)
 
 
+# (source identity, train) -> a split of a root-free source handed to this process instead of being
+# made here again (clharness.ray_backend: once per session through Ray's object store)
+PRELOADED: dict[tuple[str, bool], ArrayDataset] = {}
+
+
 def load_split(source: DatasetSource, root: str | Path | None, train: bool, download: bool = False):
     """Load one split once per process (suites reuse a dataset across methods and seeds)."""
+    if not source.needs_root and (source.identity(), train) in PRELOADED:
+        return PRELOADED[(source.identity(), train)]
     if source.needs_root and root is None:
         raise DatasetMissing(source.name, None, source.layout or "see the dataset's documentation",
                              source.can_download)
