@@ -16,6 +16,7 @@ CUDA, immediately on CPU where reading a scalar is free).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
 from typing import Callable, Iterable
 
@@ -56,6 +57,21 @@ def make_optimizer(params: Iterable, name: str = "sgd", lr: float = 0.1, momentu
     if name == "adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     raise ValueError(f"unknown optimizer {name!r}; choose sgd, adam or adamw")
+
+
+_loss_listeners: list[Callable[[torch.Tensor], None]] = []   # see listen_to_losses
+
+
+@contextlib.contextmanager
+def listen_to_losses(listener: Callable[[torch.Tensor], None]):
+    """Within the block, ``listener(loss)`` receives the detached loss of every ``Trainer.step`` of
+    this process (the STF protocol records the loss along the stream, its fig. 5). A listener only
+    reads the loss: training is unchanged."""
+    _loss_listeners.append(listener)
+    try:
+        yield listener
+    finally:
+        _loss_listeners.remove(listener)
 
 
 class Trainer:
@@ -142,7 +158,10 @@ class Trainer:
         self.steps += 1
         if self.scheduler is not None and self.steps % self.epoch_steps == 0:
             self.scheduler.step()   # an epoch ended
-        return loss.detach()
+        loss = loss.detach()
+        for listener in _loss_listeners:
+            listener(loss)
+        return loss
 
     def _clip(self) -> None:
         params = [p for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
