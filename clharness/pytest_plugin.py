@@ -24,6 +24,7 @@ from .suites import Suite, SuiteError, is_suite_file, kind_module, load_suite
 RECORD_PROPERTY = "clharness_record"
 GATE_PROPERTY = "clharness_gate"
 REUSED_PROPERTY = "clharness_reused"
+NOT_REGISTERED_PROPERTY = "clharness_not_registered"
 session_key = pytest.StashKey["ClhSession"]()
 
 
@@ -149,6 +150,7 @@ class ClhSession:
         self.remote = None                # clharness.ray_backend.RayPlugin under --clh-ray
         self.resources: dict[tuple[str, str], dict] = {}   # (suite, scenario) -> cpus/gpus_per_run
         self.selected: set[str] = set()   # keys of the cases this session runs (after -k, --lf)
+        self.not_registered: dict[str, None] = {}   # one line per planned method skipped as not registered
         self.session_id = getattr(config, "workerinput", {}).get("clh_session") or uuid.uuid4().hex
 
     @pytest.hookimpl(optionalhook=True)
@@ -311,6 +313,8 @@ class ClhSession:
                     self._arrived.append((position, RunRecord.from_json(value)))
                 elif name == REUSED_PROPERTY:
                     self.reused += 1
+                elif name == NOT_REGISTERED_PROPERTY:
+                    self.not_registered[value] = None
 
     def pytest_report_teststatus(self, report, config):
         if report.when != "call":
@@ -331,6 +335,8 @@ class ClhSession:
         return "failed", letter, (record.status.upper(), {"red": True})
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
+        for line in self.not_registered:
+            terminalreporter.write_line(f"clharness: {line}", yellow=True)
         if not self.records:
             return
         from .scorecard import default_columns, rank_agreement, render, render_agreement, summarize
@@ -406,6 +412,12 @@ class SuiteFile(pytest.File):
                     item.case, item.case_key = case, case_key(case, method_cls)
                     cases.append(item)
                     yield item
+        for spec in suite.scenarios:   # the suite's planned methods that no plugin registers
+            for method in _not_registered(clh, suite):
+                item = make_item(NotRegisteredItem, self, f"{spec.name}[{method}-not-registered]", _skip_not_registered)
+                item.message = (f"not registered: method {method!r}, named in planned_methods of suite "
+                                f"{suite.name!r}; its cases are skipped until a plugin registers it")
+                yield item
         yield from self._gates(clh, suite, cases)
 
     def _gates(self, clh: "ClhSession", suite: Suite, cases: list["CaseItem"]):
@@ -415,7 +427,7 @@ class SuiteFile(pytest.File):
         gates = []
         for gate in suite.gates:
             for m in gate.methods:
-                if m != "*":
+                if m != "*" and m not in suite.planned_methods:
                     clh.harness.methods.entry(m)   # a typo is an error listing the known methods
             absent = [m for m in gate.methods if m != "*" and m not in running]
             if absent:   # e.g. --clh-method mine: the suite's gates about other methods do not apply
@@ -451,12 +463,23 @@ class SuiteFile(pytest.File):
 
 
 def _methods_for(clh: ClhSession, suite: Suite, setting) -> list[str]:
-    chosen = clh.config.getoption("clh_method") or list(suite.methods)
+    """The registered methods to run: --clh-method, else the suite's methods and its registered
+    planned_methods, else every method supporting the setting."""
+    requested = clh.config.getoption("clh_method")
+    chosen = list(requested) or ([*suite.methods, *suite.planned_methods] if suite.methods else [])
+    missing = _not_registered(clh, suite)
+    chosen = [name for name in chosen if name not in missing]
     for name in chosen:
         clh.harness.methods.entry(name)   # unknown name: error listing the known ones
-    if chosen:
+    if chosen or requested or suite.methods:
         return chosen
     return [name for name in clh.harness.methods if setting in set(clh.harness.methods[name].settings)]
+
+
+def _not_registered(clh: ClhSession, suite: Suite) -> list[str]:
+    """The suite's planned methods (those --clh-method asks for, if given) that no plugin registers."""
+    requested = clh.config.getoption("clh_method")
+    return [m for m in suite.planned_methods if m not in clh.harness.methods and (not requested or m in requested)]
 
 
 class ClhWarning(pytest.PytestWarning):
@@ -485,6 +508,18 @@ class CaseItem(pytest.Function):
 
     def reportinfo(self):
         return self.path, 0, self.case.id
+
+
+class NotRegisteredItem(pytest.Function):
+    message: str
+
+    def reportinfo(self):
+        return self.path, 0, self.name
+
+
+def _skip_not_registered(request: pytest.FixtureRequest) -> None:
+    request.node.user_properties.append((NOT_REGISTERED_PROPERTY, request.node.message))
+    pytest.skip(request.node.message)
 
 
 class GateItem(pytest.Function):

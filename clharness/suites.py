@@ -4,6 +4,7 @@
     name = "quickstart"
     seeds = 3
     methods = ["finetune", "er"]        # optional; default: every method that supports the setting
+    planned_methods = ["clser"]         # optional: run when registered, else shown as skipped "not registered"
 
     [defaults]                          # any scenario key, applied to every scenario
     backbone = "mlp"
@@ -98,7 +99,7 @@ def spec_definition(spec: ScenarioSpec) -> dict[str, Any]:
 # their registry and documents a kind's interface (OPTIONS, build, check, collect, sections).
 SETTINGS = ("class-incremental", "task-incremental", "online")   # clharness.Setting values
 CHOICES = {"setting": SETTINGS, "class_order": ("seed", "fixed")}   # kind: checked against clharness.kinds
-SUITE_KEYS = ("name", "description", "seeds", "methods")
+SUITE_KEYS = ("name", "description", "seeds", "methods", "planned_methods")
 RESOURCE_KEYS = ("cpus_per_run", "gpus_per_run")   # Ray task resources per run (--clh-ray), any scenario table
 TOP_KEYS = ("suite", "defaults", "quick", "scenario", "hparams", "gates")
 
@@ -111,6 +112,9 @@ class Suite:
     description: str = ""
     seeds: int = 1
     methods: tuple[str, ...] = ()                       # empty: every applicable method
+    # methods a suite names that may not be registered yet (a paper's methods still to be written):
+    # registered ones run as if in `methods`, the others are skipped as "not registered"
+    planned_methods: tuple[str, ...] = ()
     hparams: dict[str, dict[str, Any]] = field(default_factory=dict)
     gates: tuple = ()                                    # clharness.gates.Gate, judged after the cases
     resources: dict[str, dict[str, float]] = field(default_factory=dict)   # scenario -> cpus/gpus_per_run
@@ -150,6 +154,12 @@ def load_suite(path: str | Path, quick: bool = False) -> Suite:
     if "methods" in head and not methods:   # an empty list would silently mean "every method"
         raise SuiteError(f"{path}: [suite] methods = [] names no method; remove the methods key to run every "
                          "applicable method, or name the methods to run, e.g. methods = [\"er\", \"ewc\"]")
+    planned = head.get("planned_methods", [])
+    if not isinstance(planned, list) or not all(isinstance(m, str) for m in planned):
+        raise SuiteError(f"{path}: [suite] planned_methods must be a list of method names, got {planned!r}")
+    if set(planned) & set(methods):
+        raise SuiteError(f"{path}: [suite] {sorted(set(planned) & set(methods))} are in both methods and "
+                         "planned_methods; name each method once (planned_methods: those that may not be registered)")
 
     # [defaults] < [[scenario]] < [quick] < the scenario's own quick = {...}. Both the plain and the
     # quick variant of every scenario are checked, so a typo in a quick table never hides.
@@ -183,7 +193,7 @@ def load_suite(path: str | Path, quick: bool = False) -> Suite:
     if not isinstance(hparams, dict) or not all(isinstance(v, dict) for v in hparams.values()):
         raise SuiteError(f"{path}: [hparams.<method>] tables expected, got {hparams!r}")
     return Suite(name=name, path=path, scenarios=tuple(scenarios), description=head.get("description", ""),
-                 seeds=seeds, methods=tuple(methods), hparams=hparams, gates=_gates(path, data, seen),
+                 seeds=seeds, methods=tuple(methods), planned_methods=tuple(planned), hparams=hparams, gates=_gates(path, data, seen),
                  resources={k: v for k, v in resources.items() if v})
 
 
