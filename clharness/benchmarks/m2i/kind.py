@@ -172,3 +172,15 @@ def build(spec: ScenarioSpec, datasets, seed: int, device: torch.device,
     dataset = f"curriculum({'; '.join(identities)}; balance={spec.options['balance']})"
     return Scenario(spec, seed, spec.setting_enum, tasks, class_names, (channels, *image_size), dataset,
                     extra={"task_names": list(names), "task_counts": counts})
+
+
+def report_sections(records, fmt, harness) -> list[tuple[str, str]]:
+    """``clharness report``: the curriculum effect table (M2I minus I2M) when records hold paired runs."""
+    from . import report_html
+    return report_html.text_sections(records, fmt)
+
+
+def html_sections(records, harness) -> list[tuple[str, str]]:
+    """The HTML report: the effect table with one bar chart per metric, and the M2I / I2M heatmaps."""
+    from . import report_html
+    return report_html.html_sections(records)
