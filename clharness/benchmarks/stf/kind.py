@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import streams
+from . import streams, trace
 from ...data import DatasetSource, load_split
 from ...method import Batch, Setting
+from ...training import listen_to_losses
 from ...suites import ScenarioSpec
 from ...scenario import ScenarioError
 from ..splits.kind import _per_class_index, _relabel, _wrapper
@@ -96,6 +97,7 @@ class StreamScenario:
     class_mu: np.ndarray | None = None       # Algorithm 1's means and standard deviations (stf streams)
     class_sigma: np.ndarray | None = None
     past: object = None                      # callable: n observed -> data of a sample of them
+    description: dict | None = None          # trace.describe_stream: the report rebuilds the stream from it
     setting: Setting = Setting.ONLINE
     tasks: list = field(default_factory=list)   # no tasks: the method never sees any
 
@@ -125,18 +127,39 @@ class StreamScenario:
 
 def online_protocol(method, scenario: StreamScenario, device: torch.device, record, on_task=None) -> None:
     """The stream in minibatches through ``observe``; information retention at the evaluation points,
-    test accuracy at the end. ``record.failed_task`` is the stream step (minibatch) being processed."""
+    test accuracy at the end. ``record.failed_task`` is the stream step (minibatch) being processed.
+    ``record.extra`` keeps the stream's description, the retention at each point and the mean
+    training loss per window of the stream (trace.py; figures 2, 4 and 5 of the report section)."""
+    from ...runner import accuracy
+
+    points = scenario.eval_steps()
+    retention: list[float] = []
+    record.metrics = {}
+    record.extra = {"stream": scenario.description, "info_retention": retention,
+                    "eval_at": [p / points[-1] for p in points]}
+    losses = trace.LossWindows(points[-1])   # fig. 5: the training loss along the stream
+    with listen_to_losses(losses):
+        _stream(method, scenario, device, record, on_task, points, retention, losses)
+    record.extra["train_loss"] = losses.means()
+    t1 = time.perf_counter()
+    record.metrics["final_acc"] = accuracy(method, scenario.test, None, scenario.num_classes, device,
+                                           "the whole stream", None, scenario.spec.eval_batch_size, "test data")
+    record.eval_seconds += time.perf_counter() - t1
+    record.task_sizes = [len(scenario.test)]
+    record.acc_matrix = []
+
+
+def _stream(method, scenario: StreamScenario, device, record, on_task, points, retention, losses) -> None:
+    """Observe the stream, scoring information retention at ``points``; ``losses`` learns each step."""
     from ...runner import _sync, accuracy
 
     opts, eval_bs = scenario.spec.options, scenario.spec.eval_batch_size
-    points = scenario.eval_steps()
-    retention, step = [], 0
-    record.metrics = {}
     batches = iter(scenario.stream.batches(opts["stream_batch"]))
     t0 = time.perf_counter()
     for step in range(1, points[-1] + 1):
         record.failed_task = step - 1
         x, y = next(batches)
+        losses.at(step)
         method.observe(Batch(_own_storage(x), _own_storage(y), None))
         if step in points:
             method.consolidate()
@@ -153,13 +176,7 @@ def online_protocol(method, scenario: StreamScenario, device: torch.device, reco
             record.eval_seconds += t0 - t1
     method.consolidate()
     _sync(device)
-    t1 = time.perf_counter()
-    record.train_seconds += t1 - t0
-    record.metrics["final_acc"] = accuracy(method, scenario.test, None, scenario.num_classes, device,
-                                           "the whole stream", None, eval_bs, "test data")
-    record.eval_seconds += time.perf_counter() - t1
-    record.task_sizes = [len(scenario.test)]
-    record.acc_matrix = []
+    record.train_seconds += time.perf_counter() - t0
 
 
 def _own_storage(t: torch.Tensor) -> torch.Tensor:
@@ -203,15 +220,16 @@ def build(spec: ScenarioSpec, source: DatasetSource, seed: int, device: torch.de
         raise ScenarioError(f"scenario {spec.name!r}: stream_batch = {spec.options['stream_batch']} is larger "
                             f"than the stream ({len(labels)} instances); use 1 <= stream_batch <= {len(labels)}")
     stream_seed = [seed, 2]
-    class_mu = class_sigma = None
-    if spec.options["stream"] == "stf":
-        perm, class_mu, class_sigma = streams.stf_order(labels, mu_sigma(spec), stream_seed, len(order))
-    else:
-        try:
-            perm = streams.disjoint_order(labels, spec.tasks, stream_seed, class_order=np.arange(len(order)))
-        except ValueError as exc:
-            raise ScenarioError(f"scenario {spec.name!r}: {exc}") from None
+    kind_of_stream = spec.options["stream"]
+    spread = mu_sigma(spec) if kind_of_stream == "stf" else None
+    try:
+        perm, class_mu, class_sigma = trace.stream_order(labels, kind_of_stream, spread, spec.tasks, stream_seed,
+                                                         len(order))
+    except ValueError as exc:
+        raise ScenarioError(f"scenario {spec.name!r}: {exc}") from None
     stream_idx = train_idx[perm]
+    description = trace.describe_stream(labels[perm], kind_of_stream, spread, spec.tasks, stream_seed,
+                                        spec.options["stream_batch"], len(order))
 
     mean, std = train_ds.channel_stats()
     wrap = _wrapper(device, mean, std, tuple(spec.image_size) if spec.image_size else None, spec.channels)
@@ -226,4 +244,4 @@ def build(spec: ScenarioSpec, source: DatasetSource, seed: int, device: torch.de
         return wrap(_relabel(train_ds, stream_idx[idx], mapping))
 
     return StreamScenario(spec, seed, stream, labels[perm], test, [train_ds.classes[c] for c in order],
-                          stream.input_shape, source.identity(), class_mu, class_sigma, past)
+                          stream.input_shape, source.identity(), class_mu, class_sigma, past, description)
