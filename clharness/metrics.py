@@ -51,7 +51,7 @@ from scipy import stats
 
 __all__ = [
     "final_accuracy", "average_incremental_accuracy", "average_accuracy", "forgetting", "acc", "bwt",
-    "fwt", "afm", "ala", "ar", "harmonic_mean", "mean_ci", "rank_correlation",
+    "bwt_authors", "fwt", "afm", "ala", "ar", "harmonic_mean", "mean_ci", "rank_correlation",
     "all_metrics", "METRIC_INFO", "HIGHER_IS_BETTER",
 ]
 
@@ -203,6 +203,21 @@ def bwt(R) -> float:
     return float((R - np.diag(R))[np.tril(np.ones((T, T), dtype=bool), k=-1)].mean())
 
 
+def bwt_authors(R) -> float:
+    """BWT as the M2I authors' analysis code computes it (lifelonglab/M2I_I2M_benchmark,
+    ``analysis/metrics/eval_results_metrics.py``, ``bwt_from_eval_results``): the mean of
+    ``R[t,e] - R[t-1,e]`` over all t > e, i.e. each step's change on every earlier task, where
+    eq. (2) compares with ``R[j,j]``. The sum telescopes per task to ``R[T-1,e] - R[e,e]``, so this
+    is ``sum_e (R[T-1,e] - R[e,e]) / (T(T-1)/2)``. 0.0 for T == 1. Reads the lower triangle incl.
+    the diagonal."""
+    R = _matrix(R)
+    T = R.shape[0]
+    if T == 1:
+        return 0.0
+    steps = (R[1:] - R[:-1])[:, :-1]   # steps[t-1, e] = R[t, e] - R[t-1, e], e < T-1
+    return float(steps[np.tril(np.ones((T - 1, T - 1), dtype=bool))].mean())
+
+
 def fwt(R, baseline=None) -> float:
     """Forward transfer FWT [M2I, Sec. 2.3, eq. (3)]:
     ``sum_{i<j} R[i,j] / (N(N-1)/2)``, the mean accuracy on not-yet-learned tasks.
@@ -297,6 +312,7 @@ def all_metrics(R, weights=None, baseline=None) -> dict[str, float]:
         "avg_inc_acc": average_incremental_accuracy(R, weights),
         "forgetting": forgetting(R),
         "bwt": bwt(R),
+        "bwt_authors": bwt_authors(R),
         "fwt": fwt(R, baseline),
         "acc": acc(R),
         "afm": afm(R),
@@ -313,6 +329,7 @@ METRIC_INFO: dict[str, str] = {
     "avg_inc_acc": "Mean over steps of sample-weighted accuracy on all tasks seen so far (GTEP AvgAcc)",
     "forgetting": "Average forgetting: best past minus final accuracy per old task (Chaudhry 2018)",
     "bwt": "Backward transfer: mean R[i,j]-R[j,j] over i>j (M2I eq. 2)",
+    "bwt_authors": "Backward transfer as the M2I authors' code computes it: mean R[t,e]-R[t-1,e] over t>e",
     "fwt": "Forward transfer: mean accuracy on unseen tasks, minus baseline if given (M2I eq. 3)",
     "acc": "Mean accuracy over seen tasks at every step, i>=j (M2I eq. 1)",
     "afm": "Average forgetting measure: R[j,j]-R[T-1,j] over old tasks (CLDyB eq. 1)",
