@@ -22,3 +22,9 @@ BUILTIN = (Kind("split", "clharness.benchmarks.splits.kind"),
 def clharness_add_kinds(registry):
     for kind in BUILTIN:
         registry.add(kind)
+
+
+@hookimpl
+def clharness_add_datasets(registry):
+    from .cldyb.pool import PoolFolder   # imported when the datasets are listed (needs torch)
+    registry.add("cldyb-pool", PoolFolder)   # the paper's pool datasets, one folder each (docs/cldyb-pool.md)

@@ -6,6 +6,9 @@ grow between steps (section 5, "CLDyB is expandable over time"). In-memory datas
 to one image shape (resize, grey->RGB) when added; one normalisation, fixed by the first datasets
 added, serves every class, so growing the pool never changes how earlier tasks are presented.
 File trees (ImageFolder) stream from disk with ImageNet statistics.
+
+The paper's pool (appendix A, table 2) is read by the ``cldyb-pool`` dataset source below, one
+ImageFolder tree per dataset under ``<data root>/cldyb-pool/<folder>/`` (docs/cldyb-pool.md).
 """
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from ...data import ArrayDataset, FileDataset, StreamData, TensorData, load_split
+from ...data.base import DatasetMissing
+from ...data.imagefolder import IMAGE_EXTS, ImageFolder
 
 SPLITS = ("train", "val", "test")
 
@@ -180,3 +185,102 @@ class DataPool:
 
     def identity(self) -> str:
         return "cldyb-pool[" + "; ".join(s.identity for s in self.sources) + "]"
+
+
+# ---------------------------------------------------------------------------------- the paper's pool
+POOL_DIR = "cldyb-pool"       # <data root>/cldyb-pool/<folder>/ holds the pool's datasets
+POOL_DOC = "docs/cldyb-pool.md"
+# Appendix A, table 2: the 22 real-world datasets of CLDyB-pool (2,043 classes in the paper's copy),
+# folder name -> (the paper's name, its # class in table 2). The four SDXL-generated datasets of
+# section 5.2 are not public data and stay out (they join through pool_growth like any dataset).
+POOL_DATASETS: dict[str, tuple[str, int]] = {
+    "fruits-vegetable": ("Fruits-Vegetable", 35),
+    "jute-pest": ("Jute-Pest", 17),
+    "animal-90": ("Animal-90", 90),
+    "sea-animal": ("Sea-animal", 23),
+    "rock": ("Rock", 9),
+    "butterfly-75": ("Butterfly-75", 75),
+    "clothing-20": ("Clothing-20", 17),
+    "apparel": ("Apparel", 37),
+    "food-101": ("Food101", 101),
+    "cnfood-241": ("CNFOOD241", 240),
+    "indian-food": ("Indian-Food", 80),
+    "foodx-251": ("FoodX251", 250),
+    "oxford5k": ("Oxford5k", 17),
+    "places365": ("Places365", 365),
+    "sun397": ("SUN397", 339),
+    "eurosat-rgb": ("EuroSAT-RGB", 10),
+    "mlrsnet": ("MLRSNet", 46),
+    "resisc45": ("RESISC45", 45),
+    "fgvc-aircraft": ("FGVC-Aircraft", 100),
+    "sports-100": ("Sports100", 100),
+    "one-piece-anime": ("One-piece-Anime", 18),
+    "balls-30": ("Balls30", 29),
+}
+# The standard benchmarks CLDyB is compared against (table 1) are never pool datasets.
+KEPT_OUT = {"imagenet-r": "ImageNet-R", "cifar-100": "CIFAR-100", "cifar100": "CIFAR-100"}
+
+
+class PoolFolder(ImageFolder):
+    """One real-world dataset of the CLDyB pool (appendix A, table 2) as an ImageFolder tree."""
+    layout = (f"<root>/{POOL_DIR}/<folder>/train/<class>/*.jpg and .../test/<class>/*.jpg (or val/), or "
+              f"<root>/{POOL_DIR}/<folder>/<class>/*.jpg split per class by test_fraction; the folder names, "
+              f"where each dataset comes from and how to lay it out: {POOL_DOC}")
+    defaults = {**{k: v for k, v in ImageFolder.defaults.items() if k != "path"}, "folder": "", "min_images": 0}
+
+    def __init__(self, **options):
+        folder = options.get("folder", "")
+        if folder in KEPT_OUT:
+            raise ValueError(f"cldyb-pool folder {folder!r}: {KEPT_OUT[folder]} is a standard benchmark CLDyB is "
+                             "compared against (table 1) and is kept out of the pool; see " + POOL_DOC)
+        if folder not in POOL_DATASETS:
+            raise ValueError(f"cldyb-pool folder {folder!r} is not one of the pool's datasets "
+                             f"({', '.join(POOL_DATASETS)}); see {POOL_DOC}")
+        super().__init__(**options)
+        self.needs_root = True
+
+    def load(self, root, train, download=False):
+        folder = self.options["folder"]
+        base = Path(root or "") / POOL_DIR / folder
+        name = f"{POOL_DIR}/{folder} ({POOL_DATASETS[folder][0]})"
+        if not base.is_dir():
+            raise DatasetMissing(name, base, self.layout, download=False)
+        tree = ImageFolder(**{k: v for k, v in self.options.items() if k not in ("folder", "min_images")},
+                           path=str(base.resolve()))
+        tree.name = self.name
+        try:
+            ds = tree.load(None, train)
+        except DatasetMissing:   # a folder without images: name the pool dataset and the docs
+            raise DatasetMissing(name, base, self.layout, download=False) from None
+        if self.options["min_images"]:
+            ds = _keep_classes(ds, _large_classes(base, self.options["min_images"]), name)
+        return ds
+
+
+def _large_classes(base: Path, min_images: int) -> set[str]:
+    """Classes of the tree at ``base`` with at least ``min_images`` images over all its splits
+    (table 2's footnote: the pool leaves out classes with fewer than 45 images)."""
+    splits = [base / d for d in ("train", "test", "val") if (base / d).is_dir()] if (base / "train").is_dir() else [base]
+    counts: dict[str, int] = {}
+    for split in splits:
+        for cls in (p for p in split.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            n = sum(1 for f in cls.rglob("*") if f.suffix.lower() in IMAGE_EXTS and f.is_file())
+            counts[cls.name] = counts.get(cls.name, 0) + n
+    return {c for c, n in counts.items() if n >= min_images}
+
+
+def _keep_classes(ds, keep: set[str], name: str):
+    """``ds`` with only the classes in ``keep``, relabelled 0.. in their original order."""
+    kept = [c for c in ds.classes if c in keep]
+    if not kept:
+        raise PoolError(f"{name}: none of its {len(ds.classes)} classes has min_images images; lower "
+                        f"min_images in the suite's pool entry or check the tree ({POOL_DOC})")
+    new = torch.full((len(ds.classes),), -1, dtype=torch.long)
+    for i, c in enumerate(ds.classes):
+        if c in keep:
+            new[i] = kept.index(c)
+    labels = new[ds.labels]
+    index = torch.nonzero(labels >= 0).flatten()
+    sub = ds.subset(index)
+    sub.labels, sub.classes = labels[index], kept
+    return sub
