@@ -15,6 +15,14 @@ Plugins travel: the sources of ``conftest.py`` files and plugin files outside th
 to the object store once per session and become modules of every worker; local plugin packages go
 in the job's runtime environment (``py_modules``); installed plugins are imported by name on the
 workers, and a worker that cannot import one fails its case with an error naming the module, the case and the Ray node.
+
+Data travels once: the splits of a scenario's dataset that needs no files (``needs_root = False``:
+digits, synthetic, a plugin's generated data) are made on the driver and put in the object store once
+per session; every task of that dataset gets the same ObjectRefs, and a worker process fetches each
+split once (``clharness.data.PRELOADED``). Datasets read from files (CIFAR, ImageNet-R, ...) are read
+on the workers from ``--clh-data-root``, which must exist at the same path on every node; a node
+without it fails the case with an error naming the node and the path. Kinds that assemble several
+datasets from their options (M2I, CLDyB pools) make them on the workers (once per worker process).
 """
 from __future__ import annotations
 
@@ -132,15 +140,26 @@ def _node() -> str:
 
 # ------------------------------------------------------------------------------- the task
 def run_remote(case, modules: tuple[str, ...], device: str, data_root: str | None, download: bool,
-               aliases: tuple[tuple[str, str], ...] = (), sources: dict | None = None) -> str:
-    """One case on a worker; returns its record as JSON (the driver stores it)."""
+               aliases: tuple[tuple[str, str], ...] = (), sources: dict | None = None,
+               splits: dict | None = None) -> str:
+    """One case on a worker; returns its record as JSON (the driver stores it). ``splits``: the
+    session's (identity, train) -> ObjectRef of the case's in-memory dataset splits."""
     from .runner import pick_device, run_case
     if data_root and not Path(data_root).is_dir():
         raise RayBackendError(f"--clh-data-root {data_root} does not exist on Ray node {_node()} (case {case.id}); "
                               "the data root must exist, at the same path, on every node")
     harness = worker_harness(modules, case.id, aliases, sources)
+    receive_splits(splits or {})   # after the plugins: a plugin's dataset classes must resolve
     record = run_case(case, harness, pick_device(device), Path(data_root) if data_root else None, download)
     return record.to_json()
+
+
+def receive_splits(splits: dict) -> None:
+    """Fetch the splits this worker process does not hold yet from the object store (once each)."""
+    from .data import PRELOADED
+    missing = [key for key in splits if key not in PRELOADED]
+    for key, split in zip(missing, ray.get([splits[key] for key in missing])):
+        PRELOADED[key] = split
 
 
 def run_function(fn: Callable, *args, **kwargs):
@@ -219,31 +238,63 @@ class RayRunner:
 
     def __init__(self, shipment: Shipment, device: str, data_root: str | None, download: bool,
                  cpus_per_run: float | None, gpus_per_run: float | None,
-                 suite_resources: dict[tuple[str, str], dict] | None = None):
+                 suite_resources: dict[tuple[str, str], dict] | None = None, datasets=None):
         self.shipment = shipment
+        self.datasets = datasets if datasets is not None else {}   # the driver's dataset registry
         self.suite_resources = suite_resources if suite_resources is not None else {}
         self.device, self.download = device, download
         self.data_root = str(Path(data_root).resolve()) if data_root else None
         self.cpus, self.gpus = cpus_per_run, gpus_per_run
         self.pending: dict[str, Pending] = {}
         self.sources = ray.put(shipment.sources)   # the plugin files: in the object store once per session
+        self.splits: dict[tuple[str, bool], Any] = {}   # in-memory dataset splits: in the object store once
         self.submitted = 0
 
-    def resources(self, case) -> dict[str, float]:
+    def resources(self, case, scenario: str | None = None) -> dict[str, float]:
         """--clh-cpus/gpus-per-run, else the scenario's ``cpus_per_run``/``gpus_per_run``, else 1 CPU.
-        Phase runs (GTEP ``name:tune-c3``, CLDyB ``name/cc``) take their scenario's."""
+        ``scenario``: the suite scenario whose item asked for the case (a GTEP tuning run is named by
+        its tuning id, ``<tuning>:tune-c3``, not by its scenario); without it, phase runs (GTEP
+        ``name:eval@tuning``, CLDyB ``name/cc``) take the scenario their name starts with."""
         base = case.scenario.name.split(":")[0].split("/")[0]
-        options = self.suite_resources.get((case.suite, base), {})
+        options = self.suite_resources.get((case.suite, scenario), None) if scenario else None
+        options = options if options is not None else self.suite_resources.get((case.suite, base), {})
         cpus = self.cpus if self.cpus is not None else options.get("cpus_per_run", 1)
         gpus = self.gpus if self.gpus is not None else options.get("gpus_per_run", 0)
         return {"num_cpus": float(cpus), "num_gpus": float(gpus)}
 
-    def submit(self, key: str, case, amend: Callable | None = None) -> None:
+    def case_splits(self, case) -> dict[tuple[str, bool], Any]:
+        """ObjectRefs of the case's dataset splits when its scenario's dataset needs no files (made
+        here and put in the object store on first use); {} for datasets read from --clh-data-root and
+        for kinds that name their datasets in their options."""
+        from .data import ArrayDataset, load_split
+        name = case.scenario.dataset
+        if not name or name not in self.datasets or self.datasets[name].needs_root:
+            return {}
+        out = {}
+        try:
+            source = self.datasets[name](**case.scenario.dataset_options)
+        except Exception:   # bad options: the worker builds the scenario and records the error, as serially
+            return out
+        source.name = name
+        for train in (True, False):
+            key = (source.identity(), train)
+            if key not in self.splits:
+                try:
+                    split = load_split(source, None, train, False)
+                except Exception:   # the same: the case's record on the worker says what went wrong
+                    split = None
+                self.splits[key] = ray.put(split) if isinstance(split, ArrayDataset) else None
+            if self.splits[key] is not None:
+                out[key] = self.splits[key]
+        return out
+
+    def submit(self, key: str, case, amend: Callable | None = None, scenario: str | None = None) -> None:
         if key in self.pending:
             return
-        ref = _remote_case.options(max_retries=MAX_RETRIES, retry_exceptions=False, **self.resources(case)).remote(
+        ref = _remote_case.options(max_retries=MAX_RETRIES, retry_exceptions=False,
+                                   **self.resources(case, scenario)).remote(
             case, tuple(self.shipment.modules), self.device, self.data_root, self.download,
-            tuple(self.shipment.aliases.items()), self.sources)
+            tuple(self.shipment.aliases.items()), self.sources, self.case_splits(case))
         self.pending[key] = Pending(ref, case, amend)
         self.submitted += 1
 
@@ -322,7 +373,8 @@ class RayPlugin:
                 raise pytest.UsageError(str(exc)) from None
             self.runner = RayRunner(shipment, config.getoption("clh_device"), config.getoption("clh_data_root"),
                                     config.getoption("clh_download"), config.getoption("clh_cpus_per_run"),
-                                    config.getoption("clh_gpus_per_run"), self.clh.resources)
+                                    config.getoption("clh_gpus_per_run"), self.clh.resources,
+                                    self.clh.harness.datasets)
         return self.runner
 
     def result(self, key: str, case) -> RunRecord:
@@ -350,7 +402,7 @@ class RayPlugin:
         fresh = session.config.getoption("clh_fresh")
         for item in items:   # collection order: Ray starts them roughly in the order the items wait
             if fresh or self.clh.store.reusable(item.case_key) is None:
-                runner.submit(item.case_key, item.case, getattr(item, "amend", None))
+                runner.submit(item.case_key, item.case, getattr(item, "amend", None), item.originalname)
 
     def pytest_sessionfinish(self, session, exitstatus) -> None:
         """Keep every record that came back, cancel the rest (-x, Ctrl-C, or items that never ran)."""

@@ -54,7 +54,8 @@ def test_quickstart_through_ray_equals_the_serial_session(pytester, ray_runtime)
 
 
 METHODS = '''
-"""Test methods of tests/test_ray_backend.py: where they ran, a worker that dies once, a slow one."""
+"""Test plugin of tests/test_ray_backend.py: methods that say where they ran, a worker that dies once, a
+slow one, one that fails, one that blocks; a generated dataset that logs every time it is made."""
 import os
 import time
 from pathlib import Path
@@ -63,12 +64,19 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
+from clharness.data import ArrayDataset, DatasetSource
 
 HERE = Path({here!r})
 
 
+def log(name, line):
+    with open(HERE / name, "a") as fh:   # one short append per line: whole lines across processes
+        fh.write(line + "\\n")
+
+
 class Where(clh.Method):
-    """A linear classifier that leaves a file named after the process that trained it."""
+    """A linear classifier that leaves a file named after the process that trained it and logs the
+    start of every case it trains (trained.log) and the end of its last task (done.log)."""
     name = "where"
     hparams = {{}}
 
@@ -76,13 +84,19 @@ class Where(clh.Method):
         super().__init__(context, **hp)
         self.model = context.make_classifier()
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.seen = set()
 
     def learn(self, experience):
         (HERE / f"pid-{{os.getpid()}}").touch()
+        if not self.seen:
+            log("trained.log", f"{{self.name}} {{self.context.seed}}")
         for x, y in experience.batches(epochs=self.context.epochs):
             self.opt.zero_grad()
             F.cross_entropy(self.model(x), y).backward()
             self.opt.step()
+        self.seen |= set(experience.classes)
+        if len(self.seen) == self.context.num_classes:
+            log("done.log", f"{{self.name}} {{self.context.seed}}")
 
 
 class Dier(Where):
@@ -106,10 +120,53 @@ class Napper(Where):
         super().learn(experience)
 
 
+class Failer(Where):
+    """Fails in its first task at seed 0."""
+    name = "failer"
+
+    def learn(self, experience):
+        if self.context.seed == 0:
+            raise RuntimeError("failer fails at seed 0")
+        super().learn(experience)
+
+
+class Blocker(Where):
+    """Waits in its first task while the file block-<seed> exists (at most a minute)."""
+    name = "blocker"
+
+    def learn(self, experience):
+        if not self.seen:
+            log("trained.log", f"{{self.name}} {{self.context.seed}}")
+            self.seen.add(-1)
+            deadline = time.monotonic() + 60
+            while (HERE / f"block-{{self.context.seed}}").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        super().learn(experience)
+        if len(self.seen) == self.context.num_classes + 1:
+            log("done.log", f"{{self.name}} {{self.context.seed}}")
+
+
+class Counted(DatasetSource):
+    """Generated 4-class 8x8 images (no files); every split it makes is logged (pid, split)."""
+    needs_root = False
+
+    def load(self, root, train, download=False):
+        log("loads.log", f"{{os.getpid()}} {{'train' if train else 'test'}}")
+        g = torch.Generator().manual_seed(int(train))
+        labels = torch.arange(4).repeat(30)
+        images = (labels.view(-1, 1, 1, 1) * 60 + torch.randint(0, 20, (120, 1, 8, 8), generator=g)).to(torch.uint8)
+        return ArrayDataset(images, labels, ["a", "b", "c", "d"], "counted")
+
+
 @clh.hookimpl
 def clharness_add_methods(registry):
-    for cls in (Where, Dier, Napper):
+    for cls in (Where, Dier, Napper, Failer, Blocker):
         registry.add(cls)
+
+
+@clh.hookimpl
+def clharness_add_datasets(registry):
+    registry.add("counted", Counted)
 '''
 
 
@@ -236,3 +293,147 @@ def test_a_worker_without_an_installed_plugin_or_the_data_root_says_which_node(t
     missing = tmp_path / "absent"
     with pytest.raises(ray_backend.RayBackendError, match=rf"--clh-data-root {missing} does not exist on Ray node"):
         ray_backend.run_remote(case, (), "cpu", str(missing), False)
+
+
+COUNTED_SUITE = """
+[suite]
+name = "counted"
+[defaults]
+dataset = "counted"
+backbone = "mlp"
+epochs = 1
+batch_size = 32
+[[scenario]]
+name = "ci-2x2"
+setting = "class-incremental"
+tasks = 2
+[[scenario]]
+name = "ci-4x1"
+setting = "class-incremental"
+tasks = 4
+"""
+
+
+def test_an_in_memory_dataset_goes_to_the_object_store_once_per_session(pytester, ray_runtime, monkeypatch):
+    from clharness.data import ArrayDataset
+    pytester.makeconftest(METHODS.format(here=str(pytester.path)))
+    pytester.makefile(".toml", counted=COUNTED_SUITE)
+    put = ray.put
+    shipped = []   # the datasets this session serialised into the object store
+
+    def spy(value, *args, **kwargs):
+        if isinstance(value, ArrayDataset):
+            shipped.append(value)
+        return put(value, *args, **kwargs)
+    monkeypatch.setattr(ray, "put", spy)
+    result = pytester.runpytest("--clh-suite", str(pytester.path / "counted.toml"), "--clh-seeds", "1",
+                                "--clh-method", "where", "--clh-method", "finetune", "-p", "no:cacheprovider",
+                                "--clh-results", "r.sqlite", "--clh-ray", "auto")
+    result.assert_outcomes(passed=4)   # 2 scenarios x 2 methods on the same dataset
+    assert len(shipped) == 2 and sorted(len(d) for d in shipped) == [120, 120]   # train and test, once each
+    loads = (pytester.path / "loads.log").read_text().split()
+    assert loads == [str(os.getpid()), "train", str(os.getpid()), "test"]   # made on the driver only
+    assert os.getpid() not in {int(p.name.split("-")[1]) for p in pytester.path.glob("pid-*")}
+
+
+def test_x_cancels_the_outstanding_tasks_and_keeps_what_finished(pytester, ray_runtime):
+    pytester.makeconftest(METHODS.format(here=str(pytester.path)))
+    for seed in range(3):   # every blocker case waits until its file goes
+        (pytester.path / f"block-{seed}").touch()
+    result = pytester.runpytest(*session_args("failer", "blocker", seeds=3), "-x", "--clh-results", "r.sqlite",
+                                "--clh-ray", "auto")
+    result.assert_outcomes(failed=1)
+    trained = (pytester.path / "trained.log").read_text().splitlines()
+    stored = {(r.method, r.seed): r.status for r in records(pytester.path / "r.sqlite").values()}
+    assert stored[("failer", 0)] == "failed" and not any(m == "blocker" for m, _ in stored)
+    assert all(status == "passed" for key, status in stored.items() if key != ("failer", 0))
+    # 2 CPUs: at most two blocker cases got to start; their tasks were cancelled with the session
+    assert sum(line.startswith("blocker") for line in trained) <= 2
+    for seed in range(3):
+        (pytester.path / f"block-{seed}").unlink()
+    time.sleep(3)   # a task left running (or queued) would now finish (or start)
+    assert (pytester.path / "trained.log").read_text().splitlines() == trained
+    done = pytester.path / "done.log"
+    assert not any(line.startswith("blocker") for line in (done.read_text().splitlines() if done.exists() else []))
+
+
+def test_ctrl_c_keeps_every_finished_record_and_the_rerun_trains_only_the_rest(pytester, ray_runtime):
+    pytester.makepyfile(raymethods=METHODS.format(here=str(pytester.path)))
+    (pytester.path / "block-0").touch()   # blocker seed 0 holds its item (the first) until Ctrl-C
+    store = pytester.path / "r.sqlite"
+    args = [*session_args("blocker", "where", seeds=2), "-p", "raymethods", "--clh-results", str(store)]
+    driver = subprocess.Popen([sys.executable, "-m", "pytest", *args, "--clh-ray", ray_runtime],
+                              cwd=pytester.path, env={**os.environ, "HOME": HOME},
+                              stdout=open(pytester.path / "driver.log", "w"), stderr=subprocess.STDOUT)
+    done = pytester.path / "done.log"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and driver.poll() is None:
+        if done.exists() and len(done.read_text().splitlines()) == 3:   # blocker 1, where 0 and 1 trained
+            break
+        time.sleep(0.1)
+    time.sleep(2)   # their records reach the driver, whose first item still waits for blocker 0
+    log = lambda: (pytester.path / "driver.log").read_text()[-3000:]   # noqa: E731
+    assert driver.poll() is None and not store.exists() or not records(store), log()
+    driver.send_signal(signal.SIGINT)
+    assert driver.wait(timeout=120) == 2, log()   # pytest's exit status for an interrupted session
+    kept = {(r.method, r.seed) for r in records(store).values()}
+    assert kept == {("blocker", 1), ("where", 0), ("where", 1)}, log()
+    (pytester.path / "block-0").unlink()
+    before = (pytester.path / "trained.log").read_text().splitlines()
+    pytester.syspathinsert()
+    rerun = pytester.runpytest(*args, "--clh-ray", "auto")
+    rerun.assert_outcomes(passed=4)
+    rerun.stdout.fnmatch_lines(["*4 runs, 3 reused from*"])
+    assert (pytester.path / "trained.log").read_text().splitlines() == [*before, "blocker 0"]
+
+
+GTEP_RESOURCES = """
+[suite]
+name = "gtep-resources"
+methods = ["finetune"]
+[defaults]
+kind = "gtep"
+backbone = "mlp"
+validation = 0.2
+task_config = "5-equal"
+configurations = 2
+trials = 2
+general = "table4"
+fixed = { momentum = 0.9 }
+search = { "*" = { epochs = [1], lr = [0.03, 0.1], batch_size = [32] } }
+tune_dataset = "synthetic"
+tune_dataset_options = { num_classes = 20, image_size = 8, train_per_class = 20, test_per_class = 10 }
+eval_dataset = "synthetic"
+eval_dataset_options = { num_classes = 20, image_size = 8, train_per_class = 20, test_per_class = 10 }
+[[scenario]]
+name = "halves"
+tune_classes = [0, 10]
+eval_classes = [10, 20]
+cpus_per_run = 0.5
+[[scenario]]
+name = "swapped"
+tune_classes = [10, 20]
+eval_classes = [0, 10]
+"""
+
+
+def test_a_scenarios_cpus_per_run_reaches_its_gtep_tuning_runs(pytester, ray_runtime, monkeypatch):
+    """Tuning runs are named by their tuning id, not their scenario; the scenario's default still applies."""
+    from clharness import ray_backend
+    pytester.makefile(".toml", gtepres=GTEP_RESOURCES)
+    submitted = []   # (run name, the options its task was submitted with)
+
+    class Spy:   # records the options; the task is not run (an object that is no record comes back)
+        def options(self, **options):
+            return type("Bound", (), {"remote": lambda _, case, *a: submitted.append((case.scenario.name, options))
+                                      or ray.put("not run")})()
+    monkeypatch.setattr(ray_backend, "_remote_case", Spy())
+    result = pytester.runpytest("--clh-suite", str(pytester.path / "gtepres.toml"), "--collect-only", "-q",
+                                "-p", "no:cacheprovider", "--clh-results", "r.sqlite", "--clh-ray", "auto")
+    assert result.ret == 0, result.stdout.str()
+    cpus = {}
+    for name, options in submitted:
+        assert ":tune-c" in name, name   # only the tuning runs go out at collection
+        cpus.setdefault(name.split("-5-equal")[0], set()).add(options["num_cpus"])
+    assert cpus == {"synthetic[0-10]": {0.5}, "synthetic[10-20]": {1.0}}, submitted
+    assert len(submitted) == 2 * 2 * 2   # 2 scenarios x R 2 x S 2
