@@ -400,6 +400,10 @@ class SuiteFile(pytest.File):
             if hasattr(module, "collect"):   # multi-run protocols (GTEP, CLDyB) make their own items
                 yield from module.collect(self, suite, spec, _methods_for(clh, suite, spec.setting_enum), seeds)
                 continue
+            if spec.select_hparams is not None:   # selection runs on the first tasks, then the full runs
+                from .hparam_selection import collect as select
+                yield from select(self, suite, spec, _methods_for(clh, suite, spec.setting_enum), seeds)
+                continue
             for method in _methods_for(clh, suite, spec.setting_enum):
                 method_cls = clh.harness.methods[method]
                 try:

@@ -44,6 +44,7 @@ class RunRecord:
     session: str = ""                       # the pytest session that ran it (gates wait for these)
     started_at: float = 0.0
     finished_at: float = 0.0
+    selection: dict[str, Any] = field(default_factory=dict)   # hyperparameters chosen for it (hparam_selection)
     # A family's per-run data for its report section, small JSON values (STF: the training loss and
     # the information retention along the stream, and the stream's description); NaN stored as null.
     extra: dict[str, Any] = field(default_factory=dict)

@@ -54,6 +54,10 @@ class Case:
                 "method_version": method_cls.version, "method_class": method_cls.__qualname__,
                 "hparams": self.hparams, "seed": self.seed, "versions": versions}
 
+    def build_scenario(self, datasets, device: torch.device, data_root: Path | None = None, download: bool = False):
+        """The scenario this case runs (hparam_selection.SelectionCase cuts it to its first tasks)."""
+        return build_scenario(self.scenario, datasets, self.seed, device, data_root, download)
+
 
 def case_key(case: Case, method_cls: type[Method]) -> str:
     """The record key: a content hash of the case's definition (library versions included)."""
@@ -105,7 +109,7 @@ def run_case(case: Case, harness, device: torch.device, data_root: Path | None =
             return record
         seed_everything(case.seed)
         try:
-            scenario = build_scenario(case.scenario, harness.datasets, case.seed, device, data_root, download)
+            scenario = case.build_scenario(harness.datasets, device, data_root, download)
         except Exception as exc:   # data problems are the harness's errors, not the method's
             record.status, record.message = "error", f"{type(exc).__name__}: {exc}"
             return record

@@ -64,6 +64,7 @@ class ScenarioSpec:
     options: dict = field(default_factory=dict)   # the kind's own keys (see KINDS), checked by it
     augment: str = "none"                 # training augmentation recipe (clharness.augment)
     first_task_train: dict | None = None  # the first task's fixed training (FIRST_TASK_KEYS), e.g. GTEP Table 3
+    select_hparams: dict | None = None    # hyperparameters chosen on the first tasks' validation (hparam_selection)
 
     @property
     def setting_enum(self):
@@ -76,11 +77,11 @@ _TYPES = {"name": str, "dataset": str, "kind": str, "setting": str, "dataset_opt
           "class_order": str, "epochs": int, "batch_size": int, "eval_batch_size": int, "memory_size": int,
           "backbone": str, "backbone_options": dict, "image_size": list, "channels": int,
           "max_train_per_class": int, "max_test_per_class": int, "amp": bool, "augment": str,
-          "first_task_train": dict}
+          "first_task_train": dict, "select_hparams": dict}
 SCENARIO_KEYS = tuple(f.name for f in fields(ScenarioSpec) if f.name != "options")
 # Keys added after records were first stored: left out of a run's definition (its record key)
 # while they hold these defaults, so the keys of existing runs do not change.
-LATER_KEYS = {"augment": "none", "first_task_train": None}
+LATER_KEYS = {"augment": "none", "first_task_train": None, "select_hparams": None}
 # first_task_train = { epochs = 200, lr = 0.1, milestones = [60, 120, 170], lr_decay = 0.1, weight_decay = 5e-4 }
 FIRST_TASK_KEYS = {"epochs": int, "lr": (int, float), "milestones": list, "lr_decay": (int, float),
                    "weight_decay": (int, float)}
@@ -293,6 +294,13 @@ def _check_scenario_table(path, where, table):
                              f"recipe; registered: {', '.join(recipes())}")
     if table.get("first_task_train") is not None:
         _check_first_task(path, where, table["first_task_train"])
+    if table.get("select_hparams") is not None:
+        from .hparam_selection import check_option   # lazy: it needs torch
+        try:
+            check_option(table["select_hparams"], table.get("kind", "split"), table.get("setting", "class-incremental"),
+                         table.get("validation", 0.0), table.get("tasks"))
+        except ValueError as exc:
+            raise SuiteError(f"{path}: {where}: {exc}") from None
 
 
 def _check_first_task(path, where, value: dict) -> None:

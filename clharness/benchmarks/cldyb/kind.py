@@ -31,6 +31,7 @@ from ...pytest_plugin import CaseItem, make_item
 from ...suites import ScenarioSpec
 
 MULTI_DATASET = True
+SELECTS_HPARAMS = True   # collect() applies select_hparams to the replays (clharness.hparam_selection)
 USE_CASES = ("cc", "ic", "random", "heldout")
 SEARCH_METHOD = "cldyb-search"          # the method field of search records (kept out of scorecards)
 
@@ -244,6 +245,15 @@ def collect(node, suite, spec: ScenarioSpec, methods: list[str], seeds: int):
         item.search_key, item.search_name = search_key, search_name
         return item
 
+    def case_items(name, case, search_key=None, search_name=None):
+        """``case_item``; with ``select_hparams``, its selection runs on the sequence's first tasks
+        before it, and it runs with their choice (clharness.hparam_selection)."""
+        if spec.select_hparams is None:
+            return [case_item(name, case, search_key, search_name)]
+        from ...hparam_selection import items
+        return list(items(node, suite, case, name, clh.harness.methods[case.method], after=search_key,
+                          make_plain=lambda: case_item(name, case, search_key, search_name)))
+
     if o["sequence"]:   # a saved sequence: a static scenario for any method
         path = Path(o["sequence"])
         if not path.is_absolute():   # a relative path names a file beside the suite file, wherever pytest runs
@@ -251,7 +261,7 @@ def collect(node, suite, spec: ScenarioSpec, methods: list[str], seeds: int):
             spec = with_overrides(spec, options={**o, "sequence": str(Path(suite.path).resolve().parent / path)})
         for m in methods:
             for seed in range(seeds):
-                yield case_item(f"{spec.name}[{m}-seed{seed}]", Case(suite.name, spec, m, seed, hparams[m]))
+                yield from case_items(f"{spec.name}[{m}-seed{seed}]", Case(suite.name, spec, m, seed, hparams[m]))
         return
 
     root = Path(o["sequence_dir"])
@@ -267,7 +277,7 @@ def collect(node, suite, spec: ScenarioSpec, methods: list[str], seeds: int):
             else:
                 jobs.append(Job(use_case, use_case, [], list(methods)))
         for job in jobs:
-            definition = {"kind": "cldyb-search", "suite": suite.name, "scenario": dataclasses.asdict(spec),
+            definition = {"kind": "cldyb-search", "suite": suite.name, "scenario": _search_spec(spec),
                           "job": job.label, "seed": seed, "versions": versions(), "search_version": SEARCH_VERSION,
                           "methods": [(m, clh.harness.methods[m].version, hparams[m]) for m in job.searchers]}
             key = run_key(definition)
@@ -279,9 +289,14 @@ def collect(node, suite, spec: ScenarioSpec, methods: list[str], seeds: int):
             replay_spec = dataclasses.replace(spec, name=f"{spec.name}/{job.use_case}",
                                               options={**o, "pool": [], "sequence": str(path), "search_key": key})
             for m in job.evaluated:
-                evals.append(case_item(f"{spec.name}/{job.use_case}[{m}-seed{seed}]",
-                                       Case(suite.name, replay_spec, m, seed, hparams[m]), key, item.name))
+                evals.extend(case_items(f"{spec.name}/{job.use_case}[{m}-seed{seed}]",
+                                        Case(suite.name, replay_spec, m, seed, hparams[m]), key, item.name))
     yield from evals
+
+
+def _search_spec(spec: ScenarioSpec) -> dict:
+    """The spec as it defines a search: select_hparams applies to the replays, not to the search."""
+    return {k: v for k, v in dataclasses.asdict(spec).items() if k != "select_hparams"}
 
 
 class SearchItem(pytest.Function):
@@ -416,3 +431,15 @@ def terminal_summary(clh, terminalreporter) -> None:
     for r in searches:
         t = ", ".join(f"{k.removesuffix('_seconds')} {v:.3f}s" for k, v in r.metrics.items())
         terminalreporter.write_line(f"search {r.suite}::{r.scenario} seed {r.seed}: per step {t}")
+
+
+def report_sections(records, fmt, harness) -> list[tuple[str, str]]:
+    """``clharness report``: the CLDyB table, CC-vs-random and held-out lines, and the CC sequence."""
+    from . import report_html
+    return report_html.text_sections(records, fmt)
+
+
+def html_sections(records, harness) -> list[tuple[str, str]]:
+    """The HTML report: table and CC/random/held-out bars, the fig. 4 radar, the chosen sequence."""
+    from . import report_html
+    return report_html.html_sections(records)
