@@ -20,6 +20,8 @@ and optionally
                               (``harness()`` builds the plugin registries on first call)
     html_sections(records, harness) -> [(title, html)]   its sections in the HTML report
     split_scenario(name) -> (scenario, phase, k) | None   scenario names that are phases of one scenario
+    preset_seeds(presets, suite) -> int | None   the seeds a ``--clh-preset FAMILY:NAME`` of the kind
+                              asks of ``suite`` (STF's Table 1: 20 runs); None: not its preset or suite
 A kind's ``cli`` module (optional, kept light: no torch) adds its ``clharness`` subcommands:
     add_commands(subparsers) -> {command: run(args) -> exit code}
 Keys of a [[scenario]] table outside the common ones go to ``spec.options`` and are checked
@@ -95,6 +97,16 @@ def split_scenario(name: str):
         if parsed is not None:
             return parsed
     return None
+
+
+def preset_seeds(presets, suite) -> int | None:
+    """The seed count the session's ``--clh-preset`` values ask of ``suite`` (the largest any kind's
+    ``preset_seeds`` answers), or None where no preset names one (the suite's ``seeds`` then)."""
+    if not presets:
+        return None
+    counts = [n for module in kind_modules() if hasattr(module, "preset_seeds")
+              for n in [module.preset_seeds(list(presets), suite)] if n is not None]
+    return max(counts, default=None)
 
 
 def family_commands(subparsers) -> dict:

@@ -389,12 +389,13 @@ class SuiteFile(pytest.File):
     def collect(self):
         from .runner import Case, case_key, resolve_hparams
         clh: ClhSession = self.config.stash[session_key]
-        from .kinds import install
+        from .kinds import install, preset_seeds
         install(clh.harness.kinds)   # every plugin's kinds (clharness_add_kinds), before the suite's are checked
         cases: list[CaseItem] = []
         suite = load_suite(self.suite_file or self.path, quick=self.config.getoption("clh_quick"))
         clh.resources.update({(suite.name, name): res for name, res in suite.resources.items()})
-        seeds = self.config.getoption("clh_seeds") or suite.seeds
+        seeds = self.config.getoption("clh_seeds") or preset_seeds(self.config.getoption("clh_preset"), suite) \
+            or suite.seeds   # --clh-seeds, else a family's preset (stf:table1), else the suite's
         for spec in suite.scenarios:
             module = kind_module(spec.kind)
             if hasattr(module, "collect"):   # multi-run protocols (GTEP, CLDyB) make their own items

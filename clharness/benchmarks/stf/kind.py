@@ -41,6 +41,23 @@ OPTIONS = {
     "cpu_threads": (int, 0),                  # torch threads while a CPU run streams; 0: torch's default
 }
 STREAMS = ("stf", "disjoint")
+# --clh-preset stf:<name> -> seeds. Table 1: "All entries are 95%-confidence intervals over 20 runs"
+# (the scorecard's and the STF table's intervals are two-sided Student-t, metrics.mean_ci).
+PRESETS = {"table1": 20}
+
+
+def preset_seeds(presets: list[str], suite) -> int | None:
+    """``--clh-preset stf:table1``: 20 seeds for a suite with stf scenarios (the paper's run count;
+    the suites keep fewer by default, and their [quick] budgets per run stay as they are)."""
+    from ...suites import SuiteError
+    names = [text.partition(":")[2] for text in presets if text.partition(":")[0] == "stf"]
+    unknown = [n for n in names if n not in PRESETS]
+    if unknown:
+        raise SuiteError(f"--clh-preset stf:{unknown[0]}: no such STF preset; available: "
+                         + ", ".join(f"stf:{n}" for n in PRESETS))
+    if not names or not any(spec.kind == "stf" for spec in suite.scenarios):
+        return None
+    return max(PRESETS[n] for n in names)
 
 
 def mu_sigma(spec: ScenarioSpec) -> float:
