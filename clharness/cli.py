@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
                                       ".github/workflows/clharness.yml (pytest; scorecard and report as artifacts).")
     init.add_argument("name", metavar="NAME", help="method name = package import name (a Python identifier)")
     init.add_argument("--dir", default=".", metavar="PARENT", help="create NAME inside PARENT (default: .)")
+    init.add_argument("--clharness", default=None, metavar="REQUIREMENT",
+                      help="how the package and its CI install clharness, a pip requirement (default: the VCS "
+                           "URL and commit this clharness was installed from, else 'clharness' from PyPI)")
 
     data = sub.add_parser("data", help="datasets: check what a suite needs, fetch what can be downloaded")
     data_sub = data.add_subparsers(dest="data_command", required=True)
@@ -270,7 +273,7 @@ def data_command(args: argparse.Namespace) -> int:
 def init_package(args: argparse.Namespace) -> int:
     from .scaffold import ScaffoldError, scaffold
     try:
-        root = scaffold(args.name, args.dir)
+        root = scaffold(args.name, args.dir, args.clharness)
     except (ScaffoldError, OSError) as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -67,12 +67,17 @@ def check_columns(records: Iterable[RunRecord], columns: Sequence[str]) -> None:
 def render_text(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, fmt: str = "md") -> str:
     """The scorecard of every (suite, scenario, method) in ``fmt`` (a key of FORMATS)."""
     summary = summarize(records, columns)
-    agreement = rank_agreement(summary)
-    if fmt == "csv":
+    if fmt == "csv":   # the data formats keep every row, tuning configurations included
         return summary.to_csv(index=False)
     if fmt == "json":   # to_json turns NaN into null, which json.loads reads back
+        agreement = rank_agreement(summary[~_tuning_rows(summary)])
         return json.dumps({"columns": list(columns), "summary": json.loads(summary.to_json(orient="records")),
                            "rank_agreement": json.loads(agreement.to_json(orient="records"))}, indent=1)
+    # The tables a reader sees: a multi-run protocol's tuning configurations (GTEP's X:tune-cK) are
+    # rows of the kind's own section (cli.report_results prints it after this), not scenarios.
+    tuning = _tuning_rows(summary)
+    summary = summary[~tuning]
+    agreement = rank_agreement(summary)
     suites = list(dict.fromkeys(summary.suite)) if not summary.empty else []
     if len(suites) > 1:   # one table per suite, each with the columns its own runs carry
         text = "\n\n".join(f"suite {suite}:\n" + render(summary[summary.suite == suite], columns, FORMATS[fmt])
@@ -81,7 +86,18 @@ def render_text(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, 
         text = render(summary, columns, FORMATS[fmt])
     if not agreement.empty:
         text += "\n\nRanking agreement between scenarios:\n" + render_agreement(agreement, FORMATS[fmt])
+    if tuning.any():
+        text += (f"\n\n({int(tuning.sum())} tuning-configuration rows (method x configuration) are summarised "
+                 "in the protocol's own section below; --format csv or json lists them all.)")
     return text
+
+
+def _tuning_rows(summary):
+    """Rows of a kind's tuning phase (GTEP's ``X:tune-cK``): per-configuration, not per-scenario."""
+    from .kinds import split_scenario
+    if summary.empty:
+        return summary.scenario == summary.scenario   # an empty boolean mask
+    return summary.scenario.map(lambda sc: (split_scenario(sc) or ("", ""))[1] == "tune").astype(bool)
 
 
 # ------------------------------------------------------------------------ HTML page
@@ -139,10 +155,10 @@ def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, s
     for suite in suites:
         out.append(f"<h2 id='suite-{esc(suite)}'>suite {esc(suite)}</h2>")
         # tabulate's "html" format escapes every cell.
-        phase_run = summary.scenario.map(lambda sc: (split_scenario(sc) or ("", ""))[1] == "tune")
-        out.append(render(summary[(summary.suite == suite) & ~phase_run], columns, "html"))
+        shown = summary[(summary.suite == suite) & ~_tuning_rows(summary)]
+        out.append(render(shown, columns, "html"))
         out.append("<p class='note'>mean ± 95% confidence interval over passed seeds.</p>")
-        agreement = rank_agreement(summary[summary.suite == suite])
+        agreement = rank_agreement(shown)
         if not agreement.empty:
             out.append("<p class='note'>Do the scenarios rank the methods alike? Spearman and Kendall "
                        "correlation of the method rankings by seed-mean final accuracy.</p>")

@@ -50,9 +50,13 @@ class Case:
 
     def definition(self, method_cls: type[Method], versions: dict[str, str]) -> dict[str, Any]:
         """Everything that defines the run's outcome; its hash is the record key."""
+        # hyperparameters a method declared after its runs were first stored (its ``later_hparams``:
+        # name -> default) stay out of the key while they hold that default, so those keys do not change
+        later = getattr(method_cls, "later_hparams", {})
+        hparams = {k: v for k, v in self.hparams.items() if not (k in later and v == later[k])}
         return {"suite": self.suite, "scenario": spec_definition(self.scenario), "method": self.method,
                 "method_version": method_cls.version, "method_class": method_cls.__qualname__,
-                "hparams": self.hparams, "seed": self.seed, "versions": versions}
+                "hparams": hparams, "seed": self.seed, "versions": versions}
 
     def build_scenario(self, datasets, device: torch.device, data_root: Path | None = None, download: bool = False):
         """The scenario this case runs (hparam_selection.SelectionCase cuts it to its first tasks)."""

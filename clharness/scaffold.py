@@ -68,7 +68,7 @@ name = "{dist}"
 version = "0.1.0"
 description = "The {name} continual-learning method, benchmarked with clharness"
 requires-python = ">=3.10"
-dependencies = ["clharness"]
+dependencies = ["{requirement}"]
 
 [project.optional-dependencies]
 test = ["pytest>=8"]
@@ -163,6 +163,7 @@ jobs:
       - name: Install
         run: |
           python -m pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu
+          python -m pip install "{requirement}"
           python -m pip install -e ".[test]"
       - name: Tests and gates
         run: python -m pytest -v
@@ -223,9 +224,41 @@ def check_name(name: str) -> None:
                             "package would shadow it or be shadowed. Pick another name")
 
 
-def files(name: str) -> dict[str, str]:
-    """Relative path -> content of the package for ``name``."""
-    fill = {"name": name, "dist": f"clharness-{name.replace('_', '-')}"}
+def default_requirement() -> str:
+    """How the new package (and its CI) should install clharness: the VCS URL and commit this copy
+    was installed from when pip recorded one (PEP 610 direct_url.json), so CI tests against the same
+    harness; otherwise the PyPI name. A local or editable install has no URL CI could reach."""
+    import json
+    from importlib import metadata
+    try:
+        direct = json.loads(metadata.distribution("clharness").read_text("direct_url.json") or "{}")
+    except (metadata.PackageNotFoundError, ValueError):
+        return "clharness"
+    vcs = direct.get("vcs_info")
+    if vcs and direct.get("url"):
+        commit = vcs.get("commit_id") or vcs.get("requested_revision")
+        return f"clharness @ {vcs.get('vcs', 'git')}+{direct['url']}" + (f"@{commit}" if commit else "")
+    if direct.get("url", "").startswith(("http://", "https://")):   # an sdist or wheel URL
+        return f"clharness @ {direct['url']}"
+    return "clharness"
+
+
+def check_requirement(requirement: str) -> None:
+    from packaging.requirements import InvalidRequirement, Requirement
+    try:
+        parsed = Requirement(requirement)
+    except InvalidRequirement as exc:
+        raise ScaffoldError(f"clharness init: --clharness {requirement!r} is not a pip requirement ({exc}); "
+                            "give e.g. 'clharness>=0.1' or 'clharness @ git+https://github.com/ORG/clharness'") from None
+    if parsed.name.lower() != "clharness":
+        raise ScaffoldError(f"clharness init: --clharness {requirement!r} names {parsed.name!r}; it must "
+                            "install the clharness distribution")
+
+
+def files(name: str, requirement: str = "clharness") -> dict[str, str]:
+    """Relative path -> content of the package for ``name``; ``requirement`` is how its
+    pyproject and CI install clharness."""
+    fill = {"name": name, "dist": f"clharness-{name.replace('_', '-')}", "requirement": requirement}
     return {
         "pyproject.toml": PYPROJECT.format(**fill),
         "README.md": README.format(**fill),
@@ -238,14 +271,17 @@ def files(name: str) -> dict[str, str]:
     }
 
 
-def scaffold(name: str, parent: Path | str = ".") -> Path:
-    """Write the package ``parent/name`` and return its folder."""
+def scaffold(name: str, parent: Path | str = ".", requirement: str | None = None) -> Path:
+    """Write the package ``parent/name`` and return its folder. ``requirement``: how it installs
+    clharness (default: default_requirement())."""
+    requirement = requirement or default_requirement()
+    check_requirement(requirement)
     root = Path(parent) / name
     if root.exists():   # first: an existing folder in the current directory may also be importable
         raise ScaffoldError(f"clharness init: {root} already exists; remove it or give another NAME "
                             "(or --dir PARENT to create it elsewhere)")
     check_name(name)
-    for rel, text in files(name).items():
+    for rel, text in files(name, requirement).items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

@@ -94,6 +94,10 @@ def spec_definition(spec: ScenarioSpec) -> dict[str, Any]:
     for key, default in LATER_KEYS.items():
         if out[key] == default:
             del out[key]
+    # the same for a kind's own keys added later (its module's LATER_OPTIONS: key -> default)
+    for key, default in getattr(kind_module(spec.kind), "LATER_OPTIONS", {}).items():
+        if key in out["options"] and out["options"][key] == default:
+            del out["options"][key]
     return out
 
 # Scenario kinds (benchmark families) come from the clharness_add_kinds hook: clharness.kinds holds

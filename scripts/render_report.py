@@ -3,6 +3,7 @@
     python scripts/render_report.py                        # demo store, page and PNG under /tmp/clharness-report
     python scripts/render_report.py --store results.sqlite # an existing store
     python scripts/render_report.py --methods 10 --scenarios 10 --seeds 100 --time --no-screenshot
+    python scripts/render_report.py --store results.sqlite --per-suite docs/screenshots   # one PNG per suite
 
 The demo store holds synthetic but plausible runs (stable methods forget less, replay costs
 memory, a few runs fail or diverge) so every part of the page has something to show.
@@ -104,6 +105,9 @@ def main() -> None:
     ap.add_argument("--size", default="1400,3000", help="screenshot window WIDTH,HEIGHT")
     ap.add_argument("--time", action="store_true", help="time `clharness report` (text and --html) on the store")
     ap.add_argument("--no-screenshot", action="store_true")
+    ap.add_argument("--per-suite", type=Path, metavar="DIR",
+                    help="also render each suite of the store on its own page and screenshot it to DIR/report-SUITE.png "
+                         "(the family screenshots README links)")
     args = ap.parse_args()
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -124,6 +128,22 @@ def main() -> None:
     if not args.no_screenshot:
         width, height = (int(v) for v in args.size.split(","))
         print(f"screenshot {screenshot(page, args.out / 'report.png', width, height)}")
+    if args.per_suite:
+        width, height = (int(v) for v in args.size.split(","))
+        args.per_suite.mkdir(parents=True, exist_ok=True)
+        for suite in suites_of(store):
+            one = args.out / f"report-{suite}.html"
+            subprocess.run(cli + ["--suite", suite, "--html", str(one)], check=True, stdout=subprocess.DEVNULL)
+            png = screenshot(one, args.per_suite / f"report-{suite}.png", width, height)
+            print(f"screenshot {png} ({png.stat().st_size / 1e3:.0f} kB)")
+
+
+def suites_of(store: Path) -> list[str]:
+    db = ResultsStore(store)
+    try:
+        return sorted({r.suite for r in db.records()})
+    finally:
+        db.close()
 
 
 if __name__ == "__main__":

@@ -133,3 +133,18 @@ def test_html_page_has_the_gtep_section_not_a_scenario_per_configuration():
     assert "<h3>g::s:tune-c" not in page           # no figure section per tuning configuration
     main_table = page.split("<h2 id='suite-g'>")[1].split("</table>")[0]
     assert "s:eval" in main_table and "s:tune-c" not in main_table
+
+
+@pytest.mark.parametrize("fmt", ["md", "latex"])
+def test_text_tables_leave_tuning_configurations_to_the_gtep_section(fmt):
+    text = render_text(_gtep_records(), fmt=fmt)
+    assert "s:eval" in text and "s:tune-c" not in text
+    # 9 (method, configuration) rows: c0 and c1 for each of a, b, c, and a's c2, c10, c11
+    assert "9 tuning-configuration rows (method x configuration) are summarised" in text
+
+
+def test_data_formats_keep_every_tuning_row():
+    import json
+    rows = json.loads(render_text(_gtep_records(), fmt="json"))["summary"]
+    assert sum(r["scenario"].startswith("s:tune-c") for r in rows) == 9   # (method, configuration) rows
+    assert render_text(_gtep_records(), fmt="csv").count("s:tune-c") == 9

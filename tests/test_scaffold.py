@@ -76,6 +76,42 @@ def test_workflow_installs_runs_pytest_and_uploads_scorecard_and_report(package)
     assert all(s.get("if") == "always()" for s in steps[pytest_step + 1:])   # artifacts even when a gate fails
 
 
+def test_clharness_requirement_reaches_pyproject_and_ci(tmp_path, capsys):
+    spec = "clharness @ git+https://example.org/lab/clharness@0123abc"
+    assert main(["init", "pinned", "--dir", str(tmp_path), "--clharness", spec]) == 0
+    meta = tomllib.loads((tmp_path / "pinned/pyproject.toml").read_text())
+    assert meta["project"]["dependencies"] == [spec]
+    flow = yaml.safe_load((tmp_path / "pinned/.github/workflows/clharness.yml").read_text())
+    install = next(s["run"] for s in flow["jobs"]["benchmark"]["steps"] if s.get("name") == "Install")
+    assert f'python -m pip install "{spec}"' in install   # before the package itself
+
+
+@pytest.mark.parametrize("spec, why", [("numpy>=1", "must install the clharness"), ("clharness >>> 1", "not a pip requirement")])
+def test_a_bad_clharness_requirement_is_refused(tmp_path, capsys, spec, why):
+    assert main(["init", "pinned", "--dir", str(tmp_path), "--clharness", spec]) == 2
+    assert why in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("direct, expected", [
+    ({"url": "https://github.com/lab/clharness", "vcs_info": {"vcs": "git", "commit_id": "abc123"}},
+     "clharness @ git+https://github.com/lab/clharness@abc123"),
+    ({"url": "file:///home/me/clharness", "dir_info": {"editable": True}}, "clharness"),   # CI cannot reach it
+    ({"url": "https://files.example.org/clharness-0.1.tar.gz", "archive_info": {}},
+     "clharness @ https://files.example.org/clharness-0.1.tar.gz"),
+    (None, "clharness"),
+])
+def test_default_requirement_follows_how_clharness_was_installed(monkeypatch, direct, expected):
+    import json
+    from importlib import metadata
+    from clharness import scaffold
+
+    class Dist:
+        def read_text(self, name):
+            return None if direct is None else json.dumps(direct)
+    monkeypatch.setattr(metadata, "distribution", lambda name: Dist())
+    assert scaffold.default_requirement() == expected
+
+
 def _run_generated_tests(package, artifacts):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(package), str(REPO)]), CLH_ARTIFACTS=str(artifacts))
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=package, env=env,
