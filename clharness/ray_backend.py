@@ -307,13 +307,16 @@ class RayRunner:
     def result(self, key: str, case) -> RunRecord:
         """The case's record: waits for its task (submitting it first when it was not pre-submitted)."""
         self.submit(key, case)
-        pending = self.pending.pop(key)
         try:
-            return RunRecord.from_json(ray.get(pending.ref))
+            out = ray.get(self.pending[key].ref)
         except ray.exceptions.RayTaskError as exc:
+            del self.pending[key]
             if isinstance(getattr(exc, "cause", None), RayBackendError):
                 raise RayBackendError(_last_line(exc.cause)) from None
             raise
+        # only now: a Ctrl-C while waiting leaves the task pending, for the session's end to cancel
+        del self.pending[key]
+        return RunRecord.from_json(out)
 
     def finished(self) -> list[tuple[str, RunRecord, Callable | None]]:
         """Records whose tasks already returned but whose items never asked (-x, Ctrl-C)."""

@@ -437,3 +437,17 @@ def test_a_scenarios_cpus_per_run_reaches_its_gtep_tuning_runs(pytester, ray_run
         cpus.setdefault(name.split("-5-equal")[0], set()).add(options["num_cpus"])
     assert cpus == {"synthetic[0-10]": {0.5}, "synthetic[10-20]": {1.0}}, submitted
     assert len(submitted) == 2 * 2 * 2   # 2 scenarios x R 2 x S 2
+
+
+def test_an_item_interrupted_while_it_waits_leaves_its_task_to_be_cancelled(ray_runtime, monkeypatch):
+    from clharness import ray_backend
+    runner = ray_backend.RayRunner(ray_backend.Shipment(), "cpu", None, False, None, None)
+    case = type("C", (), {"id": "s::c[m-seed0]"})()
+    runner.pending["k"] = ray_backend.Pending(ray.put("waiting"), case, None)
+
+    def interrupted(ref, *args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(ray, "get", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runner.result("k", case)
+    assert list(runner.pending) == ["k"]   # still there for cancel_all at the session's end
