@@ -70,7 +70,7 @@ def section(records: Sequence[RunRecord]) -> str | None:
     colors = plots.method_colors(sorted({m for group in runs.values() for m, _ in group}))
     out = []
     for (suite, scenario, setting), group in runs.items():
-        name = f"{suite}::{scenario}"
+        name = pair_name(group)
         out.append(f"<h3>{_e(name)} ({_e(setting)}): M2I vs I2M</h3>")
         mine = [r for r in rows if (r["suite"], r["scenario"], r["setting"]) == (suite, scenario, setting)]
         if mine:
@@ -80,6 +80,15 @@ def section(records: Sequence[RunRecord]) -> str | None:
             out.append("<p class='bad'>no seed ran in both orders: no curriculum effect.</p>")
         out.append(heatmaps(name, group))
     return "\n".join(out)
+
+
+def pair_name(group: dict) -> str:
+    """'m2i-mini::ci-m2i vs ci-i2m' (or 'm2i::ci vs i2m::ci' across suites): the runs' own names."""
+    first = {d: rs[0] for by_dir in group.values() for d, rs in by_dir.items() if rs}
+    names = [(first[d].suite, first[d].scenario) for d in ("m2i", "i2m") if d in first]
+    if len(names) == 2 and names[0][0] == names[1][0]:
+        return f"{names[0][0]}::{names[0][1]} vs {names[1][1]}"
+    return " vs ".join(f"{a}::{b}" for a, b in names)
 
 
 def effect_table(rows: Sequence[dict]) -> str:
