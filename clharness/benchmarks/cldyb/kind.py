@@ -443,15 +443,3 @@ def html_sections(records, harness) -> list[tuple[str, str]]:
     """The HTML report: table and CC/random/held-out bars, the fig. 4 radar, the chosen sequence."""
     from . import report_html
     return report_html.html_sections(records)
-
-
-def report_sections(records, fmt, harness) -> list[tuple[str, str]]:
-    """``clharness report``: the CLDyB table, CC-vs-random and held-out lines, and the CC sequence."""
-    from . import report_html
-    return report_html.text_sections(records, fmt)
-
-
-def html_sections(records, harness) -> list[tuple[str, str]]:
-    """The HTML report: table and CC/random/held-out bars, the fig. 4 radar, the chosen sequence."""
-    from . import report_html
-    return report_html.html_sections(records)
