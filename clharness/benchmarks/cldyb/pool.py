@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ...data import ArrayDataset, FileDataset, StreamData, TensorData, load_split
-from ...data.base import DatasetMissing
+from ...data.base import DatasetMissing, DatasetSource
 from ...data.imagefolder import IMAGE_EXTS, ImageFolder
 
 SPLITS = ("train", "val", "test")
@@ -221,7 +221,7 @@ POOL_DATASETS: dict[str, tuple[str, int]] = {
 KEPT_OUT = {"imagenet-r": "ImageNet-R", "cifar-100": "CIFAR-100", "cifar100": "CIFAR-100"}
 
 
-class PoolFolder(ImageFolder):
+class PoolFolder(DatasetSource):
     """One real-world dataset of the CLDyB pool (appendix A, table 2) as an ImageFolder tree."""
     layout = (f"<root>/{POOL_DIR}/<folder>/train/<class>/*.jpg and .../test/<class>/*.jpg (or val/), or "
               f"<root>/{POOL_DIR}/<folder>/<class>/*.jpg split per class by test_fraction; the folder names, "
@@ -237,7 +237,8 @@ class PoolFolder(ImageFolder):
             raise ValueError(f"cldyb-pool folder {folder!r} is not one of the pool's datasets "
                              f"({', '.join(POOL_DATASETS)}); see {POOL_DOC}")
         super().__init__(**options)
-        self.needs_root = True
+        if isinstance(self.options["image_size"], list):   # options are cache keys: keep them hashable
+            self.options["image_size"] = tuple(self.options["image_size"])
 
     def load(self, root, train, download=False):
         folder = self.options["folder"]
