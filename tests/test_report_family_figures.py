@@ -237,3 +237,10 @@ def test_page_has_the_family_sections_only_for_their_families(monkeypatch):
     titles += [t for t, _ in report_sections(plain, "github", lambda: None)]
     assert not [t for t in titles if "M2I" in t or "CLDyB" in t]
     assert m2i_html.section(plain) is None and cldyb_html.section(plain) is None
+
+
+def test_task_labels_read_the_shared_head_class_names():
+    """With the authors' shared 10-way head, class k's name joins class k of every task (" | ")."""
+    joined = [" | ".join(f"{task}/{k}" for task in CURRICULA["i2m"]) for k in range(10)]
+    record = RunRecord(suite="s", scenario="ti-i2m", method="er", seed=0, class_order=joined)
+    assert m2i_html.task_labels(record) == ["TinyImgNet", "CIFAR10", "SVHN", "F-MNIST", "Omniglot", "MNIST"]

@@ -22,6 +22,7 @@ import numpy as np
 
 from ...results import RunRecord
 from . import effect
+from . import kind as curriculum
 
 TITLE = "M2I / I2M: curriculum effect (M2I minus I2M) and per-task accuracy matrices"
 TEXT_TITLE = "M2I / I2M curriculum effect (M2I minus I2M; mean ± 95% CI over paired seeds)"
@@ -141,8 +142,13 @@ def heatmaps(name: str, group: dict) -> str:
 
 
 def task_labels(record: RunRecord) -> list[str]:
-    """Each task's dataset in learning order (the task names before '/' in the class order)."""
-    names = [c.split("/", 1)[0] for c in record.class_order[::10]]
+    """Each task's dataset in learning order (the task names before '/' in the class order; with the
+    shared 10-way head each class name joins the tasks' classes, as effect.direction reads it)."""
+    names = record.class_order[::10]
+    sep = getattr(curriculum, "SHARED_SEP", " | ")
+    if names and sep in names[0]:
+        names = names[0].split(sep)
+    names = [c.split("/", 1)[0] for c in names]
     return [SHORT.get(n, n[:10]) for n in names]
 
 
