@@ -262,3 +262,16 @@ def build(spec: ScenarioSpec, source: DatasetSource, seed: int, device: torch.de
 
     return StreamScenario(spec, seed, stream, labels[perm], test, [train_ds.classes[c] for c in order],
                           stream.input_shape, source.identity(), class_mu, class_sigma, past, description)
+
+
+def report_sections(records, fmt, harness) -> list[tuple[str, str]]:
+    """``clharness report``: Table 1 of the STF paper per suite with STF runs (report.py)."""
+    from . import report
+    return report.text_sections(records, fmt)
+
+
+def html_sections(records, harness) -> list[tuple[str, str]]:
+    """The HTML report: Table 1, the runs' streams (figs. 2 and 4), information retention along the
+    stream, ER's loss along the stream (fig. 5) (report.py)."""
+    from . import report
+    return report.html_sections(records)
