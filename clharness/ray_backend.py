@@ -151,6 +151,9 @@ def run_remote(case, modules: tuple[str, ...], device: str, data_root: str | Non
     harness = worker_harness(modules, case.id, aliases, sources)
     receive_splits(splits or {})   # after the plugins: a plugin's dataset classes must resolve
     record = run_case(case, harness, pick_device(device), Path(data_root) if data_root else None, download)
+    if record.status == "error" and record.message.startswith("DatasetMissing"):   # which node lacks it
+        record.message += (f" (on Ray node {_node()}: the data root must hold the dataset, at the same path, "
+                           "on every node)")
     return record.to_json()
 
 

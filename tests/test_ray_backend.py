@@ -451,3 +451,18 @@ def test_an_item_interrupted_while_it_waits_leaves_its_task_to_be_cancelled(ray_
     with pytest.raises(KeyboardInterrupt):
         runner.result("k", case)
     assert list(runner.pending) == ["k"]   # still there for cancel_all at the session's end
+
+
+def test_a_node_whose_data_root_lacks_the_dataset_names_itself_and_the_path(tmp_path):
+    """The data root exists on the node but the dataset is not under it: the case's record says where."""
+    import dataclasses
+
+    from clharness import ray_backend
+    from clharness.results import RunRecord
+    from clharness.runner import Case
+    from clharness.suites import load_suite
+    spec = load_suite(Path(__file__).parents[1] / "suites" / "quickstart.toml", quick=True).scenarios[0]
+    case = Case("quickstart", dataclasses.replace(spec, dataset="cifar10"), "finetune", 0)
+    record = RunRecord.from_json(ray_backend.run_remote(case, (), "cpu", str(tmp_path), False))
+    assert record.status == "error"
+    assert f"not found at {tmp_path}" in record.message and f"on Ray node {ray_backend._node()}" in record.message
