@@ -524,7 +524,7 @@ class NotRegisteredItem(pytest.Function):
 
 def _skip_not_registered(request: pytest.FixtureRequest) -> None:
     request.node.user_properties.append((NOT_REGISTERED_PROPERTY, request.node.message))
-    pytest.skip(request.node.message)
+    raise pytest.skip.Exception(request.node.message, _use_item_location=True)   # reported at the suite file
 
 
 class GateItem(pytest.Function):
