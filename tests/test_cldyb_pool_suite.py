@@ -2,7 +2,6 @@
 ImageFolder trees under the data root, N = 10 tasks of 20 classes, ViT-B/16 Sup-21K and CLIP (fig. 11),
 the search and evaluation-only methods of figs. 9 and 13; fabricated trees in the real layout."""
 import inspect
-import shutil
 from pathlib import Path
 
 import pytest
@@ -98,16 +97,20 @@ def test_imagenet_r_and_unknown_folders_are_refused():
         PoolFolder(folder="food101")
 
 
-def test_a_missing_dataset_folder_names_the_folder_and_the_docs(tmp_path):
-    root = write_pool(tmp_path, folders=[f for f in POOL_DATASETS if f != "sun397"])
+def test_a_missing_dataset_folder_names_the_folder_and_the_docs(tmp_path, pool_root):
+    root = tmp_path
+    for folder in POOL_DATASETS:   # the fabricated pool without sun397 (linked, not rewritten)
+        if folder != "sun397":
+            (root / POOL_DIR / folder).parent.mkdir(exist_ok=True)
+            (root / POOL_DIR / folder).symlink_to(pool_root / POOL_DIR / folder, target_is_directory=True)
     spec = load_suite(SUITE, quick=True).scenarios[0]
     with pytest.raises(DatasetMissing) as err:
         build_pool(spec, root)
     message = str(err.value)
     assert "cldyb-pool/sun397 (SUN397)" in message and str(root / POOL_DIR / "sun397") in message
     assert "docs/cldyb-pool.md" in message and "--clh-data-root" in message
-    for split in ("train", "test"):   # an empty folder is as missing
-        shutil.rmtree(root / POOL_DIR / "rock" / split)
+    (root / POOL_DIR / "rock").unlink()   # an empty folder is as missing
+    (root / POOL_DIR / "rock").mkdir()
     with pytest.raises(DatasetMissing, match=r"cldyb-pool/rock \(Rock\).*docs/cldyb-pool.md"):
         load_split(PoolFolder(folder="rock"), root, True)
 
@@ -157,3 +160,42 @@ def test_planned_methods_skip_as_not_registered_and_the_session_passes(pytester,
     assert "pool::clip[ghost-method-not-registered] SKIPPED" in out
     assert out.count("clharness: not registered: method 'ghost-method', named in planned_methods of suite "
                      "'cldyb-pool'") == 1
+
+
+PLANNED = """
+gates = ["ghost-method: final_acc beats ncm by 0.0"]
+
+[suite]
+name = "plan"
+seeds = 1
+methods = ["ncm"]
+planned_methods = ["ghost-method", "finetune"]
+
+[defaults]
+dataset = "digits"
+backbone = "mlp"
+backbone_options = { hidden = 16, layers = 1 }
+epochs = 1
+
+[[scenario]]
+name = "s"
+tasks = 2
+"""
+
+
+def test_registered_planned_methods_run_and_the_others_skip(pytester):
+    """Without --clh-method: the suite's methods and its registered planned ones run; an unregistered
+    planned method is one skipped item per scenario, and a gate naming it is noted, not judged."""
+    pytester.makefile(".toml", plan=PLANNED)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--clh-suite", "plan.toml", "--clh-results", "r.sqlite",
+                                "-v", "-rs")
+    result.assert_outcomes(passed=2, skipped=1)
+    out = result.stdout.str()
+    assert "plan::s[ncm-seed0] PASSED" in out and "plan::s[finetune-seed0] PASSED" in out
+    assert "plan::s[ghost-method-not-registered] SKIPPED" in out
+    assert "gate[" not in out and "gate 'ghost-method: final_acc beats ncm by 0.0' not judged" in out
+    assert "SKIPPED [1] plan:1: not registered: method 'ghost-method'" in out   # reported at the suite, not our code
+    assert "clharness: not registered: method 'ghost-method'" in out
+    with pytest.raises(Exception, match=r"in both methods and planned_methods"):
+        pytester.makefile(".toml", twice=PLANNED.replace('"ghost-method", "finetune"', '"ncm"'))
+        load_suite(pytester.path / "twice.toml")
