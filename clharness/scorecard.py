@@ -79,7 +79,8 @@ def rank_agreement(summary: pd.DataFrame, metric: str = "final_acc", min_methods
     at least ``min_methods`` methods with a seed mean of ``metric``: Spearman's rho and Kendall's
     tau (with p-values) between the two rankings (CLDyB Table 1 compares rankings this way).
     A GTEP scenario enters with its evaluation phase (``X:eval`` as ``X``); its tuning configurations
-    (``X:tune-cK``) are not scenarios, and tuning vs evaluation is the GTEP section's Kendall tau."""
+    (``X:tune-cK``) are not scenarios, and tuning vs evaluation is the GTEP section's Kendall tau;
+    neither are ``select_hparams``' selection runs (``X:select-cK``, clharness.hparam_selection)."""
     from .kinds import split_scenario
     rows = []
     if summary.empty or metric not in summary:
@@ -88,7 +89,7 @@ def rank_agreement(summary: pd.DataFrame, metric: str = "final_acc", min_methods
         scores = {}
         for sc, g in group.groupby("scenario", sort=False):
             phase = split_scenario(sc)
-            if phase is not None and phase[1] == "tune":
+            if phase is not None and phase[1] == "tune" or ":select-c" in sc:   # hparam_selection's runs
                 continue
             scores[phase[0] if phase else sc] = dict(zip(g.method, g[metric]))
         names = list(scores)

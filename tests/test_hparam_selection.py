@@ -230,3 +230,14 @@ def test_the_shipped_example_suite_selects_on_three_tasks():
     suite = load_suite(Path(__file__).parents[1] / "suites" / "select-hparams-digits.toml", quick=True)
     assert [s.kind for s in suite.scenarios] == ["split", "cldyb"]
     assert all(s.select_hparams["tasks"] == 3 for s in suite.scenarios)
+
+
+def test_selection_runs_are_not_scenarios_in_the_ranking_agreement():
+    import pandas as pd
+
+    from clharness.scorecard import rank_agreement
+    rows = [{"suite": "s", "scenario": sc, "method": m, "final_acc": acc}
+            for sc, accs in {"a": (0.1, 0.2, 0.3), "b": (0.3, 0.2, 0.1), "a:select-c0": (0.1, 0.2, 0.3)}.items()
+            for m, acc in zip("xyz", accs)]
+    pairs = rank_agreement(pd.DataFrame(rows))
+    assert [(r.scenario_a, r.scenario_b) for r in pairs.itertuples()] == [("a", "b")]
