@@ -111,8 +111,9 @@ def check_option(value: Any, kind: str, setting: str = "class-incremental", vali
     from .kinds import kind_module
     module = kind_module(kind)
     if hasattr(module, "collect") and not getattr(module, "SELECTS_HPARAMS", False):
-        raise ValueError(f"{KEY}: kind {kind!r} makes its own items and does not apply {KEY} "
-                         f"(GTEP tunes in its own phase: use its configurations/search keys)")
+        raise ValueError(f"{KEY}: kind {kind!r} makes its own items and does not apply {KEY}"
+                         + (" (GTEP tunes in its own phase: use its configurations and search keys)" if kind == "gtep"
+                            else " (its module would declare SELECTS_HPARAMS = True)"))
     return o
 
 
