@@ -50,6 +50,10 @@ Deliberate differences from Chaudhry et al. 2018 / CLDyB B.3:
   tasks can select anything); the selected values apply to the replay of the searched sequence.
 - The full run trains on each task's train split minus the validation hold-out (the same split the
   selection scored on), so the scenario must set ``validation`` > 0.
+- A selection run's model is built for the whole sequence's classes (the same head as the full run's),
+  only its first tasks are learned and scored; A-GEM's cross-validation stream is a stream of its own.
+- No ``--clh-ray``-specific handling was tested: selection runs are ordinary cases there, the full run
+  is submitted when its item has chosen.
 """
 from __future__ import annotations
 
