@@ -16,13 +16,22 @@ class EWC(SupervisedMethod):
     one penalty per finished task t, each with its own Fisher F_t and anchor theta*_t,
     sum_t lambda/2 sum_i F_t,i (theta_i - theta*_t,i)^2 ("two separate penalties", Kirkpatrick et al.
     2017, after eq. 3; Avalanche's mode="separate", which M2I Table 9 uses). Difference from
-    Avalanche: lambda/2 as in eq. 3 (Avalanche scales by lambda), in both modes."""
+    Avalanche: lambda/2 as in eq. 3 (Avalanche scales by lambda), in both modes; a suite reproducing
+    Avalanche's lambda sets ewc_lambda to twice it.
+
+    ``ewc_fisher``: ``per-sample`` (default) is the empirical Fisher, the mean over the task's samples
+    of squared per-sample gradients of log p(y|x); ``minibatch`` is Avalanche 0.2.1's
+    ``EWCPlugin.compute_importances`` (the M2I authors' code): the squared gradient of each
+    minibatch's mean loss, averaged over the minibatches (model in eval mode, the suite's batch size,
+    data in order). The two differ by about the batch size where per-sample gradients disagree."""
     name = "ewc"
     # Adam by default: plain SGD diverges once the penalty is stiff (lr·λ·F_i > 2), i.e. before λ is
     # large enough to matter on the quickstart.
     hparams = {**optimizer_space(lr=1e-3, optimizer="adam"),
                "ewc_lambda": clh.Float(1.0, 1e7, default=1e4, log=True),
-               "ewc_mode": clh.Choice(["accumulated", "separate"])}
+               "ewc_mode": clh.Choice(["accumulated", "separate"]),
+               "ewc_fisher": clh.Choice(["per-sample", "minibatch"])}
+    later_hparams = {"ewc_fisher": "per-sample"}   # added later: stored runs keep their keys
     tuning_space = {"ewc_lambda": hparams["ewc_lambda"]}   # GTEP does not search the mode
 
     def __init__(self, context, **hparams):
@@ -57,8 +66,26 @@ class EWC(SupervisedMethod):
             self.fisher[k] = self.fisher[k] + f if k in self.fisher else f
         self.anchor = {k: p.detach().clone() for k, p in self.model.named_parameters() if k in self.fisher}
 
-    @torch.no_grad()
     def task_fisher(self, experience):
+        return (self.minibatch_fisher if self.hp["ewc_fisher"] == "minibatch" else self.sample_fisher)(experience)
+
+    def minibatch_fisher(self, experience):
+        """Mean over the task's minibatches of the squared gradient of the minibatch's mean loss
+        (Avalanche 0.2.1, EWCPlugin.compute_importances)."""
+        model = self.model.eval()
+        params = {k: p for k, p in model.named_parameters() if p.requires_grad}
+        fisher = {k: torch.zeros_like(p) for k, p in params.items()}
+        batches = 0
+        for x, y in experience.batches(shuffle=False):
+            grads = torch.autograd.grad(self.cross_entropy(model(x), y), list(params.values()), allow_unused=True)
+            for k, g in zip(params, grads):
+                if g is not None:
+                    fisher[k] += g.detach().pow(2)
+            batches += 1
+        return {k: f / batches for k, f in fisher.items()}
+
+    @torch.no_grad()
+    def sample_fisher(self, experience):
         """Mean over the task's samples of squared per-sample gradients of log p(y|x) (true labels)."""
         model = self.model.eval()
         params = {k: p.detach() for k, p in model.named_parameters() if p.requires_grad}

@@ -23,14 +23,17 @@ from typing import Iterable, Sequence
 
 from ...metrics import mean_ci
 from ...results import RunRecord
-from .kind import CURRICULA
+from .kind import CURRICULA, SHARED_SEP
 
 DEFAULT_METRICS = ("acc", "bwt", "fwt")
 
 
 def direction(record: RunRecord) -> str | None:
     """"m2i", "i2m" or None (not a curriculum run in either standard order)."""
-    order = [name.split("/", 1)[0] for name in record.class_order[::10]]
+    names = record.class_order[::10]
+    if names and SHARED_SEP in names[0]:   # the authors' shared head: output 0 names class 0 of every task
+        names = names[0].split(SHARED_SEP)
+    order = [name.split("/", 1)[0] for name in names]
     for key, tasks in CURRICULA.items():
         if tuple(order) == tasks:
             return key

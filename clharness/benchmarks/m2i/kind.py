@@ -14,6 +14,21 @@ Preprocessing, as in the paper's section 3 and 4.1 and its public code
 - global labels 0..59 in curriculum order (task t owns 10t..10t+9); task-incremental evaluation masks
   the logits to the task's ten classes, i.e. one head per task.
 
+Two protocols (``protocol``), because the authors' public code differs from the paper's text in ways
+that move every table:
+
+- ``"textbook"`` (default): the text above; BWT is eq. 2's.
+- ``"authors"``: what lifelonglab/M2I_I2M_benchmark runs (Avalanche 0.2.1). Task-incremental runs have
+  labels 0-9 in every task and one shared 10-way head (``nc_benchmark(...,
+  class_ids_from_zero_in_each_exp=True)`` with a single-head model, ``scenarios/scenarios_providers.py``),
+  trained and evaluated over those ten outputs; class-incremental runs are as in the textbook protocol
+  (``class_ids_from_zero_from_first_exp=True``: labels 0..59). Their analysis code's BWT (mean of
+  R[t,e] - R[t-1,e]) is every record's ``bwt_authors`` metric, shown beside eq. 2's ``bwt``. The
+  strategy side of their code is set in the suites' ``[hparams]`` (Table 9): ``ewc_mode = "separate"``
+  with ``ewc_fisher = "minibatch"`` (Avalanche's EWCPlugin) and ``lwf_loss = "avalanche"`` (Avalanche's
+  LwFPlugin). Deliberate difference: their models have ``num_classes: 60`` outputs in task-incremental
+  runs too, 50 of which are never a target; we keep the ten that are.
+
 The ten Tiny ImageNet classes are selected by wnid and the ten Omniglot characters by name, never by
 directory-listing order. Omniglot: the public code takes Omniglot's background set, splits each
 character's 20 drawings 80/20 into train and test, and keeps classes 0-9, which are characters 1-10
@@ -64,7 +79,11 @@ OPTIONS = {
     "curriculum": ((str, list), "m2i"),   # "m2i", "i2m" or a list of task names in learning order
     "sources": (dict, {}),                # task name -> {dataset = "...", <its options>}
     "balance": (bool, True),              # cut majority classes to the minority size (per task and split)
+    "protocol": (str, "textbook"),        # "textbook" (the paper's text) or "authors" (their public code)
 }
+PROTOCOLS = ("textbook", "authors")
+LATER_OPTIONS = {"protocol": "textbook"}   # added after records were stored: left out of keys at its default
+SHARED_SEP = " | "   # the shared head's class names: "mnist/0 | omniglot/... | tinyimagenet/..."
 
 
 def task_names(spec: ScenarioSpec) -> tuple[str, ...]:
@@ -90,6 +109,14 @@ def check(spec: ScenarioSpec) -> None:
         raise ValueError("the curriculum is offline: setting must be class-incremental or task-incremental")
     if spec.channels not in (None, 1, 3):
         raise ValueError(f"channels = {spec.channels} must be 1 or 3")
+    if spec.options["protocol"] not in PROTOCOLS:
+        raise ValueError(f"protocol = {spec.options['protocol']!r}; allowed: {', '.join(map(repr, PROTOCOLS))} "
+                         "(\"authors\": the public code's shared task-incremental head and BWT)")
+
+
+def shared_head(spec: ScenarioSpec) -> bool:
+    """The authors' task-incremental protocol: labels 0-9 in every task, one 10-way head."""
+    return spec.options["protocol"] == "authors" and spec.setting_enum is Setting.TASK_IL
 
 
 def _load(name: str, entry: dict, t: int, T: int, datasets, root, download):
@@ -144,6 +171,7 @@ def build(spec: ScenarioSpec, datasets, seed: int, device: torch.device,
     image_size = tuple(spec.image_size) if spec.image_size else (64, 64)
     channels = spec.channels or 3
     recipe = augment.get(spec.augment)   # M2I's public code: none (scenarios/datasets/*)
+    shared = shared_head(spec)
     tasks, class_names, identities, counts = [], [], [], {}
     for t, name in enumerate(names):
         entry = sources.get(name) or DEFAULT_SOURCES[name]
@@ -155,7 +183,7 @@ def build(spec: ScenarioSpec, datasets, seed: int, device: torch.device,
                                     f"{where}, train split")
         test_idx = _balanced_index(test.labels, spec.max_test_per_class, spec.options["balance"], rng,
                                    f"{where}, test split")
-        offset = t * CLASSES_PER_TASK
+        offset = 0 if shared else t * CLASSES_PER_TASK
         train_sub, test_sub = (ds.subset(torch.from_numpy(idx).long()) for ds, idx in
                                ((train, train_idx), (test, test_idx)))
         train_sub.labels = train_sub.labels + offset
@@ -170,6 +198,9 @@ def build(spec: ScenarioSpec, datasets, seed: int, device: torch.device,
         identities.append(f"{name}={source.identity()}")
         counts[name] = {"train": len(train_idx), "test": len(test_idx)}
     dataset = f"curriculum({'; '.join(identities)}; balance={spec.options['balance']})"
+    if shared:   # output k stands for class k of every task: named by those, in learning order
+        dataset = dataset[:-1] + "; shared 10-way head)"
+        class_names = [SHARED_SEP.join(class_names[k::CLASSES_PER_TASK]) for k in range(CLASSES_PER_TASK)]
     return Scenario(spec, seed, spec.setting_enum, tasks, class_names, (channels, *image_size), dataset,
                     extra={"task_names": list(names), "task_counts": counts})
 
