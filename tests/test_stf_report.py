@@ -137,3 +137,36 @@ def test_nothing_stf_for_a_store_without_stf_runs():
     assert not any("STF" in title for title, _ in report_sections(others, "html", lambda: None))
     page = build_html(others)
     assert "STF" not in page and "along the stream" not in page
+
+
+def test_session_with_table1_preset_collects_20_seeds(pytester):
+    collected = pytester.runpytest_subprocess("--clh-suite", "stf-digits", "--clh-quick", "--clh-method", "er",
+                                              "--clh-preset", "stf:table1", "--collect-only", "-q",
+                                              "-p", "no:cacheprovider")
+    assert collected.ret == 0 and "stf-digits::stf[er-seed19]" in collected.stdout.str()
+    collected.stdout.fnmatch_lines(["40 tests collected*"])      # 2 scenarios x 20 seeds
+
+
+def test_session_end_and_md_scorecard_show_table1(stf_records, tmp_path):
+    from clharness.benchmarks.stf import kind
+
+    class Terminal:
+        lines: list = []
+
+        def section(self, title):
+            self.lines.append(f"== {title}")
+
+        def write_line(self, text):
+            self.lines.append(text)
+
+    class Session:
+        records = stf_records
+
+    kind.terminal_summary(Session(), Terminal())
+    assert Terminal.lines[0] == "== clharness STF Table 1: stf-digits (in %, mean ± 95% Student-t CI over seeds)"
+    assert "| er " in Terminal.lines[1] and "Student-t" in Terminal.lines[1]
+    card = tmp_path / "card.md"
+    card.write_text("scorecard\n")
+    kind.write_scorecard(card, stf_records, None)
+    kind.write_scorecard(tmp_path / "card.json", stf_records, None)   # .json / .csv: nothing added
+    assert "## STF Table 1: stf-digits" in card.read_text() and not (tmp_path / "card.json").exists()

@@ -264,6 +264,18 @@ def build(spec: ScenarioSpec, source: DatasetSource, seed: int, device: torch.de
                           stream.input_shape, source.identity(), class_mu, class_sigma, past, description)
 
 
+def terminal_summary(clh, terminalreporter) -> None:
+    """Table 1 of the session's STF runs at session end (report.py)."""
+    from . import report
+    report.terminal_summary(clh.records, terminalreporter)
+
+
+def write_scorecard(path, records, harness) -> None:
+    """Table 1 appended to a .md --clh-scorecard (report.py)."""
+    from . import report
+    report.write_scorecard(path, records)
+
+
 def report_sections(records, fmt, harness) -> list[tuple[str, str]]:
     """``clharness report``: Table 1 of the STF paper per suite with STF runs (report.py)."""
     from . import report

@@ -99,6 +99,24 @@ def text_sections(records: Sequence[RunRecord], fmt: str) -> list[tuple[str, str
     return out
 
 
+def terminal_summary(records: Sequence[RunRecord], terminalreporter) -> None:
+    """Table 1 of the session's STF runs at the end of a pytest session."""
+    for title, text in text_sections(records, "github"):
+        terminalreporter.section(f"clharness {title}")
+        terminalreporter.write_line(text)
+
+
+def write_scorecard(path, records: Sequence[RunRecord]) -> None:
+    """A .md scorecard gets Table 1 appended (.json and .csv already hold every run's metrics and their
+    mean and CI per column)."""
+    from pathlib import Path
+    path = Path(path)
+    sections = text_sections(records, "github") if path.suffix == ".md" else []
+    if sections:
+        with open(path, "a") as fh:
+            fh.write("".join(f"\n## {title}\n\n{text}\n" for title, text in sections))
+
+
 def html_sections(records: Sequence[RunRecord]) -> list[tuple[str, str]]:
     parts = [suite_html(suite, scenarios) for suite, scenarios in by_suite(records).items()]
     return [(TITLE, "\n".join(parts))] if parts else []
