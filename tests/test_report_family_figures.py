@@ -82,7 +82,7 @@ def test_heatmap_panels_are_the_mean_matrices_with_tasks_named_by_dataset(m2i_pa
 
 def test_m2i_effect_bars_show_effect_py_numbers_per_metric(m2i_page):
     records, text, _ = m2i_page
-    charts = re.findall(r"<figure class='m2i-effect-bars' data-metric='(\w+)'>(.*?)</figure>", text)
+    charts = re.findall(r"<div class='m2i-effect-bars' data-metric='(\w+)'>(.*?)</div>", text)
     assert [m for m, _ in charts] == ["acc", "bwt", "fwt"]
     rows = {(r["metric"], r["method"]): r for r in curriculum_effect(records)}
     for metric, svg in charts:
@@ -158,7 +158,7 @@ def cldyb_page():
 
 def test_cldyb_bars_show_cc_random_and_heldout_per_method(cldyb_page):
     records, text, _ = cldyb_page
-    svg = re.search(r"<figure class='cldyb-bars'>(.*?)</figure>", text).group(1)
+    svg = re.search(r"<figure class='cldyb-bars'[^>]*>(.*?)</figure>", text).group(1)
     bars = re.findall(r"<rect class='bar' data-group='(\w+)' data-series='(\w+)' data-method='\w+' "
                       r"data-value='([\d.]+)' data-ci='([\d.]+)'", svg)
     assert [(g, s) for g, s, _, _ in bars] == [(m, s) for m in ("er", "finetune") for s in ("cc", "random", "heldout")]
@@ -177,7 +177,7 @@ def test_cldyb_bars_show_cc_random_and_heldout_per_method(cldyb_page):
 def test_cldyb_radar_has_fig4_axes(cldyb_page):
     records, text, seen = cldyb_page
     assert list(seen) == ["panels", "cldyb-mini::mini: CLDyB radar (fig. 4)"]   # the one figure drawn
-    assert "class='cldyb-radar'><img alt=\"cldyb-mini::mini: CLDyB radar (fig. 4)\"" in text
+    assert "class='cldyb-radar' style='flex:0 1 auto'><img alt=\"cldyb-mini::mini: CLDyB radar (fig. 4)\"" in text
     labels, values = cldyb_html.radar_table(cldyb_html.scenarios(records)[("cldyb-mini", "mini")])
     assert [lab.split("\n")[0] for lab in labels] == ["final AA (CC)", "AR (CC)", "ALA (CC)", "robustness",
                                                       "memory efficiency"]

@@ -68,9 +68,8 @@ def section(records: Sequence[RunRecord]) -> str | None:
             out.append("<p class='note'>" + "<br>".join(_e(line) for line in lines) + "</p>")
         out.append(f"<p class='note'>{_e(BARS_NOTE)}</p>")
         out.append("<div class='row'>" + _table(["method", *[h for _, h in COLUMNS]], table_rows(rows))
-                   + f"<figure class='cldyb-bars'>{use_case_bars(name, rows)}</figure></div>")
-        out.append(radar(name, rows, colors))
-        out.append(sequences_html(records, suite, base))
+                   + f"<figure class='cldyb-bars' style='flex:0 1 auto'>{use_case_bars(name, rows)}</figure></div>")
+        out.append(f"<div class='row'>{radar(name, rows, colors)}<div>{sequences_html(records, suite, base)}</div></div>")
     return "\n".join(out)
 
 
@@ -149,7 +148,7 @@ def radar(name: str, rows: Sequence[dict], colors) -> str:
     from ... import plots
     labels, values = radar_table(rows)
     fig = plots.radar_figure(labels, values, colors)
-    return (f"<figure class='cldyb-radar'>{plots.to_img(fig, f'{name}: CLDyB radar (fig. 4)')}"
+    return (f"<figure class='cldyb-radar' style='flex:0 1 auto'>{plots.to_img(fig, f'{name}: CLDyB radar (fig. 4)')}"
             f"<figcaption>{_e(RADAR_NOTE)}</figcaption></figure>")
 
 
@@ -198,11 +197,14 @@ def sources_text(classes: Sequence[str]) -> str:
     return ", ".join(f"{d} ×{n}" for d, n in Counter(c.split("/", 1)[0] for c in classes).items())
 
 
+CLASS_LIST_STYLE = "margin:0;padding:0;list-style:none;display:flex;flex-wrap:wrap;gap:0 10px"   # in order, inline
+
+
 def sequence_table(tasks: Sequence[Sequence[str]]) -> str:
     rows = []
     for t, classes in enumerate(tasks):
         names = "".join(f"<li data-dataset='{_e(c.split('/', 1)[0])}'>{_e(c)}</li>" for c in classes)
-        rows.append(f"<tr><td>{t}</td><td>{_e(sources_text(classes))}</td><td><ol class='classes'>{names}</ol></td></tr>")
+        rows.append(f"<tr><td>{t}</td><td>{_e(sources_text(classes))}</td><td><ol class='classes' style='{CLASS_LIST_STYLE}'>{names}</ol></td></tr>")
     return ("<table class='cldyb-sequence'><tr><th>task</th><th>source datasets</th><th>classes "
             "(dataset/class)</th></tr>" + "".join(rows) + "</table>")
 
@@ -233,7 +235,7 @@ def _cell(value) -> str:
     v = value[0] if isinstance(value, tuple) else value
     if v is None or math.isnan(v):
         return "-"
-    return f"{value[0]:.3f} ± {value[1]:.3f}" if isinstance(value, tuple) else f"{value:.2f}"
+    return f"{value[0]:.3f} ± {value[1]:.3f}" if isinstance(value, tuple) else f"{value:.3g}"
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -114,10 +114,13 @@ def effect_bars(rows: Sequence[dict], colors) -> str:
         groups = [(r["method"], [Bar(r["effect"], r["effect_ci"], hex_color(colors[r["method"]]),
                                                 "M2I − I2M", {"metric": metric, "method": r["method"]})])
                   for r in mine]
-        charts.append(f"<figure class='m2i-effect-bars' data-metric='{_e(metric)}'>"
+        charts.append(f"<div class='m2i-effect-bars' data-metric='{_e(metric)}'>"
                       + bar_chart(groups, f"{label}: M2I − I2M", f"Δ {label}", height=210, bar_width=22)
-                      + "</figure>")
-    return "".join(charts)
+                      + "</div>")
+    if not charts:
+        return ""
+    return (f"<figure style='flex:0 1 auto'><div style='display:flex;flex-wrap:wrap;gap:6px'>{''.join(charts)}</div>"
+            "<figcaption>M2I − I2M per method and metric; error bars: 95% CI over paired seeds.</figcaption></figure>")
 
 
 def heatmaps(name: str, group: dict) -> str:
