@@ -244,3 +244,12 @@ def test_task_labels_read_the_shared_head_class_names():
     joined = [" | ".join(f"{task}/{k}" for task in CURRICULA["i2m"]) for k in range(10)]
     record = RunRecord(suite="s", scenario="ti-i2m", method="er", seed=0, class_order=joined)
     assert m2i_html.task_labels(record) == ["TinyImgNet", "CIFAR10", "SVHN", "F-MNIST", "Omniglot", "MNIST"]
+
+
+def test_svg_bar_chart_spans_zero_and_marks_missing_values():
+    from clharness.report_svg import Bar, bar_chart, nice_ticks
+    assert nice_ticks(-0.23, 0.41) == [-0.2, 0.0, 0.2, 0.4]
+    svg = bar_chart([("a", [Bar(-0.3, 0.1, series="x")]), ("b", [Bar(math.nan, series="x")])], "t", "y")
+    assert "data-value='-0.3000' data-ci='0.1000'" in svg and "class='bar-missing'" in svg
+    ticks = [float(t) for t in re.findall(r"font-size='10'>([-\d.]+)</text>", svg)]
+    assert min(ticks) <= -0.4 and max(ticks) >= 0.0   # the error bar's end (-0.4) and zero are on the axis
