@@ -71,11 +71,13 @@ class _Buffer(abc.ABC):
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``min(n, len(self))`` stored exemplars drawn uniformly without replacement."""
-        x, y = self.tensors()
-        if self.size <= n:
-            return x, y
-        idx = torch.randperm(self.size, generator=generator)[:n].to(x.device)
-        return x[idx], y[idx]
+        size = self.size
+        if size <= n:
+            return self.tensors()
+        idx = torch.randperm(size, generator=generator)[:n]
+        if idx.device != self.x.device:
+            idx = idx.to(self.x.device)
+        return self.x.index_select(0, idx), self.y.index_select(0, idx)   # cheaper than x[:size][idx]
 
     def exemplar_images(self) -> tuple[int, int]:
         per_image = math.prod(self.x.shape[1:]) if self.x is not None else 0
@@ -124,6 +126,7 @@ class ClassBalancedBuffer(_Buffer):
         writes: dict[int, int] = {}
         slots, class_seen, randrange = self.slots, self.class_seen, self.rng.randrange   # hot loop: locals
         free = self.capacity - self.size
+        largest = victims = None   # the largest class size and its classes: change only on an eviction
         for row, c in enumerate(labels):
             class_seen[c] = class_seen.get(c, 0) + 1
             own = slots.setdefault(c, [])
@@ -132,11 +135,14 @@ class ClassBalancedBuffer(_Buffer):
                 self.size += 1
                 free -= 1
             else:
-                largest = max(map(len, slots.values()))
+                if largest is None:
+                    largest = max(map(len, slots.values()))
                 if len(own) < largest:
-                    victims = [k for k, s in slots.items() if len(s) == largest]
+                    if victims is None:
+                        victims = [k for k, s in slots.items() if len(s) == largest]
                     donor = slots[self.rng.choice(victims)]
                     slot = donor.pop(randrange(len(donor)))
+                    largest = victims = None
                 else:
                     j = randrange(class_seen[c])
                     if j >= len(own):

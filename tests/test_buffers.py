@@ -176,3 +176,76 @@ def test_data_store_batches_the_union_once_per_pass():
     assert sorted(labels.tolist()) == [0] * 7 + [1] * 5 + [2] * 9
     first = next(iter(store.batches(21, torch.Generator().manual_seed(0))))
     assert first[0].shape == (21, 1, 2, 2) and first[0].dtype == torch.float32
+
+
+def _reference_class_balanced_place(buf, labels):
+    """The class-balanced policy row by row with the largest class recomputed on every row (the
+    definition; the buffer caches it between evictions). Same RNG calls in the same order."""
+    writes, slots, seen = {}, buf.slots, buf.class_seen
+    for row, c in enumerate(labels):
+        seen[c] = seen.get(c, 0) + 1
+        own = slots.setdefault(c, [])
+        if buf.size < buf.capacity:
+            slot, buf.size = buf.size, buf.size + 1
+        else:
+            largest = max(map(len, slots.values()))
+            if len(own) < largest:
+                donor = slots[buf.rng.choice([k for k, s in slots.items() if len(s) == largest])]
+                slot = donor.pop(buf.rng.randrange(len(donor)))
+            else:
+                j = buf.rng.randrange(seen[c])
+                if j >= len(own):
+                    continue
+                slot = own.pop(j)
+        own.append(slot)
+        writes.pop(slot, None)
+        writes[slot] = row
+    buf.seen += len(labels)
+    return writes
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_class_balanced_placement_matches_the_row_by_row_definition(seed):
+    # imbalanced classes arriving task by task and interleaved, uneven chunks: every eviction path
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.cat([torch.randint(0, 2, (90,), generator=g), torch.randint(2, 7, (150,), generator=g),
+                        torch.randint(0, 9, (200,), generator=g)])
+    fast, ref = ClassBalancedBuffer(37, seed=seed), ClassBalancedBuffer(37, seed=seed)
+    for x, y in stream(labels, chunk=11 + seed):
+        assert fast._place(y.tolist()) == _reference_class_balanced_place(ref, y.tolist())
+        assert fast.slots == ref.slots and fast.size == ref.size and fast.rng.getstate() == ref.rng.getstate()
+
+
+def test_sample_equals_indexing_the_filled_slots():
+    buf = ClassBalancedBuffer(30, seed=1)
+    for x, y in stream(torch.arange(50) % 4):
+        buf.add(x, y)
+    x, y = buf.sample(8, torch.Generator().manual_seed(5))
+    idx = torch.randperm(30, generator=torch.Generator().manual_seed(5))[:8]
+    assert torch.equal(x, buf.tensors()[0][idx]) and torch.equal(y, buf.tensors()[1][idx])
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 8), (3, 5, 7), (1, 3, 3)])
+def test_tensor_data_batches_from_the_cached_split_equal_per_batch_normalisation(shape):
+    # odd sizes put rows across vector-width boundaries; the cached rows must match bit for bit
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (101, *shape), generator=g, dtype=torch.uint8)
+    data = TensorData(ArrayDataset(images, torch.arange(101) % 5, list("abcde")), [0.3, 0.4, 0.5], [0.2, 0.25, 0.3],
+                      channels=3 if shape[0] == 3 else None)
+    assert data._prepared() is not None
+    for shuffle in (False, True):
+        got = list(data.batches(16, shuffle=shuffle, generator=torch.Generator().manual_seed(2)))
+        order = torch.randperm(101, generator=torch.Generator().manual_seed(2)) if shuffle else torch.arange(101)
+        assert len(got) == 7
+        for k, (x, y) in enumerate(got):
+            idx = order[16 * k:16 * k + 16]
+            assert torch.equal(x, data.prepare(images[idx])) and torch.equal(y, data.labels[idx])
+    data.images = images.flip(0)   # replaced images: the cache follows
+    assert torch.equal(next(iter(data.batches(4)))[0], data.prepare(images.flip(0)[:4]))
+
+
+def test_tensor_data_large_splits_are_not_cached(monkeypatch):
+    monkeypatch.setattr(TensorData, "PREPARED_CACHE_BYTES", 100)
+    data = TensorData(ArrayDataset(torch.zeros(10, 1, 4, 4, dtype=torch.uint8), torch.zeros(10), ["a"]), [0.5], [0.5])
+    assert data._prepared() is None
+    assert torch.equal(next(iter(data.batches(3)))[0], data.prepare(data.images[:3]))

@@ -9,6 +9,7 @@ workers) or ``StreamData`` (a DataLoader over files).
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Iterator, Sequence
@@ -147,11 +148,39 @@ class TensorData:
         the recipe. Test and validation data are only ever batched without it."""
         n = len(self)
         order = torch.randperm(n, generator=generator).to(self.device) if shuffle else None
+        if augment is None or self.recipe is None:
+            prepared = self._prepared()
+            if prepared is not None:   # the hot path: rows of the split normalised once
+                labels = self.labels
+                for start in range(0, n, batch_size):
+                    if order is None:
+                        yield prepared[start:start + batch_size], labels[start:start + batch_size]
+                    else:
+                        idx = order[start:start + batch_size]
+                        yield prepared.index_select(0, idx), labels.index_select(0, idx)
+                return
         view = self.prepare if augment is None or self.recipe is None else \
             (lambda images: self.augmented(images, augment))
         for start in range(0, n, batch_size):
             idx = order[start:start + batch_size] if order is not None else slice(start, start + batch_size)
             yield view(self.images[idx]), self.labels[idx]
+
+    # Splits whose normalised copy is at most this many bytes keep it (digits: 0.4 MB; a CIFAR task
+    # of 1,000 images: 12 MB); larger ones are normalised batch by batch, as before.
+    PREPARED_CACHE_BYTES = 16 * 2**20
+
+    def _prepared(self) -> torch.Tensor | None:
+        """``prepare(images)`` of the whole split, computed on first use and kept when small, else
+        None. The normalisation is elementwise, so its rows equal ``prepare`` of any batch bit for
+        bit; saves one kernel call per batch (the profile's largest data cost on small inputs)."""
+        source, cached = self.__dict__.get("_prepared_images", (None, None))
+        if source is not self.images:   # first use, or the images were replaced
+            cached = None
+            if not self._resize and not (self.recipe is not None and self.recipe.resizes) \
+                    and 4 * len(self) * self.channels * math.prod(self.image_size) <= self.PREPARED_CACHE_BYTES:
+                cached = self.prepare(self.images)
+            self._prepared_images = (self.images, cached)
+        return cached
 
 
 def decode_file(path: str, channels: int = 3) -> torch.Tensor:
