@@ -53,12 +53,16 @@ def tuning_cases(quick: bool, methods: list[str] | None):
     return keep.cases
 
 
-def serial(cases, harness) -> float:
+def serial(cases, harness, outcomes: list) -> float:
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    for case in cases:
-        run_case(case, harness, torch.device("cpu"))
+    outcomes[:] = [outcome(run_case(case, harness, torch.device("cpu"))) for case in cases]
     return time.perf_counter() - t0
+
+
+def outcome(record) -> tuple:
+    """What must match between the modes (a Ray run that errs quickly would look fast)."""
+    return record.status, json.dumps(record.acc_matrix)   # as text: a diverged run's NaN equals itself
 
 
 @ray.remote(num_cpus=1)
@@ -66,7 +70,7 @@ def _noop(x):
     return x
 
 
-def through_ray(cases, workers: int, repeats: int, harness) -> tuple[list[float], list[float]]:
+def through_ray(cases, workers: int, repeats: int, harness, outcomes: list) -> tuple[list[float], list[float]]:
     """Wall-clock of the cases as Ray tasks on ``workers`` CPUs (submitted together, collected in
     order, as a session does), and the empty-task round trip (ms), per repeat."""
     ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
@@ -81,8 +85,7 @@ def through_ray(cases, workers: int, repeats: int, harness) -> tuple[list[float]
             t0 = time.perf_counter()
             for i, case in enumerate(cases):
                 runner.submit(f"{r}-{i}", case)
-            for i, case in enumerate(cases):
-                runner.result(f"{r}-{i}", case)
+            outcomes[:] = [outcome(runner.result(f"{r}-{i}", case)) for i, case in enumerate(cases)]
             times.append(time.perf_counter() - t0)
             n = 200
             t0 = time.perf_counter()
@@ -106,13 +109,18 @@ def main() -> None:
     print(f"gtep-digits tuning phase: {len(cases)} runs; cores {os.cpu_count()}; load before "
           f"{load_before[0]:.1f}")
     run_case(cases[0], harness, torch.device("cpu"))   # warm: datasets and kernels, as the workers are warmed
-    serial_times = [serial(cases, harness) for _ in range(args.repeats)]
-    t1, rt1 = through_ray(cases, 1, args.repeats, harness)
-    t2, rt2 = through_ray(cases, 2, args.repeats, harness)
+    serial_out, ray1_out, ray2_out = [], [], []
+    serial_times = [serial(cases, harness, serial_out) for _ in range(args.repeats)]
+    t1, rt1 = through_ray(cases, 1, args.repeats, harness, ray1_out)
+    t2, rt2 = through_ray(cases, 2, args.repeats, harness, ray2_out)
+    if not serial_out == ray1_out == ray2_out:
+        raise SystemExit("the Ray runs' statuses or accuracy matrices differ from the serial runs': the timings "
+                         "compare different work")
+    statuses = sorted({status for status, _ in serial_out})
     t_serial, m1, m2 = (statistics.median(t) for t in (serial_times, t1, t2))
     overhead_ms = (m1 - t_serial) / len(cases) * 1000
     figures = {
-        "runs": len(cases), "repeats": args.repeats, "cores": os.cpu_count(), "full": args.full,
+        "runs": len(cases), "statuses": statuses, "identical_results": True, "repeats": args.repeats, "cores": os.cpu_count(), "full": args.full,
         "wall_s": {"serial": t_serial, "ray_1_worker": m1, "ray_2_workers": m2},
         "wall_s_repeats": {"serial": serial_times, "ray_1_worker": t1, "ray_2_workers": t2},
         "speedup": {"ray_1_worker": t_serial / m1, "ray_2_workers": t_serial / m2},
@@ -122,6 +130,7 @@ def main() -> None:
         "empty_task_roundtrip_ms": {"ray_1_worker": statistics.median(rt1), "ray_2_workers": statistics.median(rt2)},
         "load_average_before": list(load_before), "load_average_after": list(os.getloadavg()),
     }
+    print(f"statuses and accuracy matrices identical in the three modes (statuses: {', '.join(statuses)})")
     print(f"{'mode':<14}{'wall s':>10}{'speedup':>10}{'efficiency':>12}")
     print(f"{'serial':<14}{t_serial:>10.2f}{1.0:>10.2f}{1.0:>12.2f}")
     for name, t, w in (("ray 1 worker", m1, 1), ("ray 2 workers", m2, 2)):
