@@ -9,6 +9,12 @@ Both sides train task by task (SGD + momentum, batch of current data + an equal-
 batch from a class-balanced memory filled after each task) and fill the full accuracy matrix
 after every task. The harness side is `clharness.runner.run_case` end to end (scenario built
 from uint8 tensors, batches normalised on the fly, protocol checks, metrics, memory report).
+
+Where the harness's extra time went on digits (profiled, issue 14): per-batch uint8->float
+normalisation and advanced indexing in TensorData.batches, the class-balanced buffer's placement
+(largest class recomputed per row) and replay sampling. Now splits small enough keep one
+normalised copy, placement caches the largest class between evictions, and sampling uses
+index_select; each is bit-identical to before (same RNG draws, same elementwise ops).
 """
 from __future__ import annotations
 
