@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ...results import RunRecord
-from . import kind
+from . import summary as kind   # summary_rows and SEARCH_METHOD (kind imports this module)
 
 TITLE = "CLDyB: CC vs random vs held-out sequences, robustness, method radar (fig. 4), the searched sequence"
 TEXT_TITLE = "CLDyB (mean ± 95% CI over seeds; AR = -AFM; robustness = mean final AA on IC sequences)"

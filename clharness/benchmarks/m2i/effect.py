@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 
 from ...metrics import mean_ci
 from ...results import RunRecord
-from .kind import CURRICULA, SHARED_SEP
+from .names import CURRICULA, SHARED_SEP
 
 DEFAULT_METRICS = ("acc", "bwt", "fwt")
 

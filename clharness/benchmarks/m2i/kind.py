@@ -50,6 +50,7 @@ from ...data import ArrayDataset, DatasetMissing, TensorData, load_split
 from ...method import Setting
 from ...suites import ScenarioSpec
 from ...scenario import Scenario, ScenarioError, Task
+from .names import CURRICULA, SHARED_SEP
 
 MULTI_DATASET = True
 
@@ -73,7 +74,7 @@ DEFAULT_SOURCES = {
     "cifar10": {"dataset": "cifar10"},
     "tinyimagenet": {"dataset": "tinyimagenet", "wnids": list(TINYIMAGENET_CLASSES)},
 }
-CURRICULA = {"m2i": tuple(DEFAULT_SOURCES), "i2m": tuple(reversed(DEFAULT_SOURCES))}
+assert tuple(DEFAULT_SOURCES) == CURRICULA["m2i"], "names.M2I_ORDER and DEFAULT_SOURCES disagree"
 
 OPTIONS = {
     "curriculum": ((str, list), "m2i"),   # "m2i", "i2m" or a list of task names in learning order
@@ -83,7 +84,6 @@ OPTIONS = {
 }
 PROTOCOLS = ("textbook", "authors")
 LATER_OPTIONS = {"protocol": "textbook"}   # added after records were stored: left out of keys at its default
-SHARED_SEP = " | "   # the shared head's class names: "mnist/0 | omniglot/... | tinyimagenet/..."
 
 
 def task_names(spec: ScenarioSpec) -> tuple[str, ...]:

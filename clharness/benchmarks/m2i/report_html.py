@@ -22,7 +22,7 @@ import numpy as np
 
 from ...results import RunRecord
 from . import effect
-from . import kind as curriculum
+from . import names as curriculum
 
 TITLE = "M2I / I2M: curriculum effect (M2I minus I2M) and per-task accuracy matrices"
 TEXT_TITLE = "M2I / I2M curriculum effect (M2I minus I2M; mean ± 95% CI over paired seeds)"
