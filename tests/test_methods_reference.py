@@ -215,7 +215,7 @@ def test_hyperparameters_are_validated():
     with pytest.raises(clh.HParamError, match=r"'lr'=5.0 is outside \[0.0001, 1.0\]"):
         METHODS["er"](context(0), lr=5.0)
     with pytest.raises(clh.HParamError, match=r"method 'ewc': unknown hyperparameter\(s\) \['no_such_thing'\]; "
-                                                r"declared: \['ewc_lambda', 'ewc_mode', 'lr'"):
+                                                r"declared: \['ewc_fisher', 'ewc_lambda', 'ewc_mode', 'lr'"):
         METHODS["ewc"](context(0), no_such_thing=1)
     er = METHODS["er"](context(0), buffer="reservoir", optimizer="adam", lr=1e-3)
     assert "momentum" not in er.hp                      # only active for SGD
