@@ -19,6 +19,9 @@ and optionally
     report_sections(records, fmt, harness) -> [(title, text)]   its sections in `clharness report`
                               (``harness()`` builds the plugin registries on first call)
     html_sections(records, harness) -> [(title, html)]   its sections in the HTML report
+    page_html_sections(records, page, harness) -> [(title, html)]   instead of html_sections where a
+                              suite's section needs runs of other suites of the page (``page``: every
+                              record of the page, in page order; M2I pairs an ``m2i`` with an ``i2m`` suite)
     split_scenario(name) -> (scenario, phase, k) | None   scenario names that are phases of one scenario
     preset_seeds(presets, suite) -> int | None   the seeds a ``--clh-preset FAMILY:NAME`` of the kind
                               asks of ``suite`` (STF's Table 1: 20 runs); None: not its preset or suite
@@ -118,9 +121,10 @@ def family_commands(subparsers) -> dict:
     return commands
 
 
-def report_sections(records, fmt: str, make_harness) -> list[tuple[str, str]]:
+def report_sections(records, fmt: str, make_harness, page=None) -> list[tuple[str, str]]:
     """Every kind's own sections of ``clharness report`` as (title, text), or as (title, html) for
-    ``fmt="html"`` (the kinds' html_sections); ``make_harness()`` is called at most once, and only
+    ``fmt="html"`` (the kinds' html_sections, or page_html_sections given ``page``: all records of
+    the page ``records`` are one suite of); ``make_harness()`` is called at most once, and only
     by a kind that needs the registries."""
     records, built = list(records), []
 
@@ -131,7 +135,9 @@ def report_sections(records, fmt: str, make_harness) -> list[tuple[str, str]]:
 
     out = []
     for module in kind_modules():
-        if fmt == "html" and hasattr(module, "html_sections"):
+        if fmt == "html" and page is not None and hasattr(module, "page_html_sections"):
+            out.extend(module.page_html_sections(records, page, harness))
+        elif fmt == "html" and hasattr(module, "html_sections"):
             out.extend(module.html_sections(records, harness))
         elif fmt != "html" and hasattr(module, "report_sections"):
             out.extend(module.report_sections(records, fmt, harness))

@@ -163,8 +163,9 @@ def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, s
             out.append("<p class='note'>Do the scenarios rank the methods alike? Spearman and Kendall "
                        "correlation of the method rankings by seed-mean final accuracy.</p>")
             out.append(render_agreement(agreement, "html"))
+        # page=records: a kind may pair this suite's runs with another suite's (M2I's m2i with i2m)
         for title, section in report_sections([r for r in records if r.suite == suite], "html",
-                                              make_harness or (lambda: None)):
+                                              make_harness or (lambda: None), page=records):
             out.append(f"<p class='note'>{esc(title)}</p>{section}")
         scenarios = [sc for sc in dict.fromkeys(r.scenario for r in records if r.suite == suite)
                      if (split_scenario(sc) or ("", ""))[1] != "tune"]   # in the kind's section instead

@@ -112,6 +112,37 @@ def test_m2i_text_section_is_the_effect_table():
     assert "M2I minus I2M" in title and "| M2I - I2M" in text and text.count("| er ") == 3
 
 
+def test_m2i_and_i2m_suites_of_one_store_pair_on_the_page(tmp_path, monkeypatch):
+    """The real suites are two (``m2i``, ``i2m``, scenario ``ci`` in each): the page pairs them once."""
+    from clharness import report
+    from clharness.report import load_records
+    from clharness.results import ResultsStore
+    monkeypatch.setattr(report, "_scenario_figures", lambda *a: "")   # the generic per-scenario figures: not ours
+    store = ResultsStore(tmp_path / "results.sqlite")
+    for r in curriculum_records():   # M2I runs first: suite m2i comes first on the page
+        r.suite, r.scenario = r.scenario.split("-")[1], "ci"
+        r.key = f"{r.suite}-{r.method}-{r.seed}"
+        store.put(r)
+    store.close()
+    records = load_records(tmp_path / "results.sqlite")
+    page, seen = drawn_section(build_html, records)
+    m2i_part, _, i2m_part = page.partition("id='suite-i2m'")
+    assert "id='suite-m2i'" in m2i_part and page.count("<table class='m2i-effect'>") == 1
+    rows = {(r["metric"], r["method"]): r for r in curriculum_effect(records)}
+    assert rows[("acc", "er")]["effect"] == pytest.approx(0.2) and rows[("acc", "er")]["seeds"] == 3
+    effect_table = re.search(r"<table class='m2i-effect'>.*?</table>", m2i_part).group(0)
+    assert f"{rows[('acc', 'er')]['effect']:+.3f} ± {rows[('acc', 'er')]['effect_ci']:.3f}" in effect_table
+    bars = re.findall(r"data-metric='acc' data-method='(\w+)' data-value='([-\d.]+)'", m2i_part)
+    assert [(m, float(v)) for m, v in bars] == [(m, pytest.approx(rows[("acc", m)]["effect"], abs=5e-5))
+                                                for m in ("er", "finetune")]
+    # the heatmaps: drawn once, each method's M2I panel (suite m2i) beside its I2M panel (suite i2m)
+    assert seen["m2i::ci vs i2m::ci: M2I and I2M accuracy matrices"] == [
+        "er · M2I (3 seeds)", "er · I2M (3 seeds)", "finetune · M2I (3 seeds)", "finetune · I2M (3 seeds)"]
+    assert "no seed ran in both orders" not in page and page.count("class='m2i-heatmaps'") == 1
+    anchor = re.search(r"<h3 id='(m2i-pair-[^']+)'>m2i::ci vs i2m::ci", m2i_part).group(1)
+    assert f"paired with suite m2i: the effect and heatmaps are in <a href='#{anchor}'>" in i2m_part
+
+
 # ---------------------------------------------------------------------------------- CLDyB
 K, T = 2, 3
 CC_SEQ = {0: ["digits/3", "digits/1", "synthetic-near/c7", "synthetic-near/c8", "synthetic-far/c2", "digits/9"],

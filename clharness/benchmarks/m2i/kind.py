@@ -215,3 +215,10 @@ def html_sections(records, harness) -> list[tuple[str, str]]:
     """The HTML report: the effect table with one bar chart per metric, and the M2I / I2M heatmaps."""
     from . import report_html
     return report_html.html_sections(records)
+
+
+def page_html_sections(records, page, harness) -> list[tuple[str, str]]:
+    """As html_sections, for one suite of a page: its runs paired with the other direction's runs of
+    any suite of the page (an ``m2i`` suite with an ``i2m`` suite), each pair drawn once."""
+    from . import report_html
+    return report_html.html_sections(records, page)

@@ -8,6 +8,10 @@ paired as effect.py pairs them):
   their datasets (Faber et al. 2024, figs. 2-13: "disaggregated performance (ACC) on single tasks
   after learning previous tasks"; one figure per paired scenario, all methods in it).
 
+On a page of several suites (``page``), a suite's runs pair with the other direction's runs of any
+suite (the real ``m2i`` and ``i2m`` suites are two suites): the pair is drawn once, under the first of
+its suites in page order, and the other suite's section links to it.
+
 Text formats get the effect table alone (``text_sections``).
 """
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from collections import defaultdict
 from typing import Iterable, Sequence
 
@@ -51,8 +56,8 @@ def curriculum_runs(records: Iterable[RunRecord]) -> dict[tuple, dict[tuple, dic
     return out
 
 
-def html_sections(records: Sequence[RunRecord]) -> list[tuple[str, str]]:
-    text = section(records)
+def html_sections(records: Sequence[RunRecord], page: Sequence[RunRecord] | None = None) -> list[tuple[str, str]]:
+    text = section(records, page)
     return [(TITLE, text)] if text else []
 
 
@@ -61,18 +66,31 @@ def text_sections(records: Sequence[RunRecord], fmt: str) -> list[tuple[str, str
     return [(TEXT_TITLE, effect.render(rows, fmt))] if rows else []
 
 
-def section(records: Sequence[RunRecord]) -> str | None:
-    """The M2I / I2M HTML of ``records``, or None when they hold no curriculum run."""
+def section(records: Sequence[RunRecord], page: Sequence[RunRecord] | None = None) -> str | None:
+    """The M2I / I2M HTML of ``records``, or None when they hold no curriculum run. With ``page``
+    (every record of the page, ``records`` one suite of it), pairs are formed over the page: a pair
+    spanning suites is drawn under the first of them in page order, linked from the others."""
     from ... import plots
-    runs = curriculum_runs(records)
+    own_suites = {r.suite for r in records}
+    order = list(dict.fromkeys(r.suite for r in (records if page is None else page)))
+    runs = {key: group for key, group in curriculum_runs(records if page is None else page).items()
+            if group_suites(group) & own_suites}
     if not runs:
         return None
-    rows = effect.curriculum_effect(records, METRICS)
+    rows = effect.curriculum_effect([r for group in runs.values() for by_dir in group.values()
+                                     for rs in by_dir.values() for r in rs], METRICS)
     colors = plots.method_colors(sorted({m for group in runs.values() for m, _ in group}))
     out = []
     for (suite, scenario, setting), group in runs.items():
         name = pair_name(group)
-        out.append(f"<h3>{_e(name)} ({_e(setting)}): M2I vs I2M</h3>")
+        anchor = "m2i-pair-" + re.sub(r"[^\w-]+", "-", f"{suite}-{scenario}-{setting}")
+        home = min(group_suites(group), key=order.index)
+        if home not in own_suites:
+            out.append(f"<h3>{_e(name)} ({_e(setting)}): M2I vs I2M</h3><p class='note m2i-paired-elsewhere'>"
+                       f"paired with suite {_e(home)}: the effect and heatmaps are in "
+                       f"<a href='#{_e(anchor)}'>suite {_e(home)}'s section</a>.</p>")
+            continue
+        out.append(f"<h3 id='{_e(anchor)}'>{_e(name)} ({_e(setting)}): M2I vs I2M</h3>")
         mine = [r for r in rows if (r["suite"], r["scenario"], r["setting"]) == (suite, scenario, setting)]
         if mine:
             out.append(f"<p class='note'>{_e(EFFECT_NOTE)}</p>")
@@ -81,6 +99,11 @@ def section(records: Sequence[RunRecord]) -> str | None:
             out.append("<p class='bad'>no seed ran in both orders: no curriculum effect.</p>")
         out.append(heatmaps(name, group))
     return "\n".join(out)
+
+
+def group_suites(group: dict) -> set[str]:
+    """The suites holding a run of a paired scenario's group (one, or an m2i and an i2m suite)."""
+    return {r.suite for by_dir in group.values() for rs in by_dir.values() for r in rs}
 
 
 def pair_name(group: dict) -> str:
