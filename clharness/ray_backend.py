@@ -339,10 +339,15 @@ class RayRunner:
                     self.pending.pop(key)
         return out
 
-    def cancel_all(self) -> None:
-        for p in self.pending.values():
-            ray.cancel(p.ref, force=True)
+    def cancel_all(self, settle_s: float = 30.0) -> None:
+        """Cancel every outstanding task and wait (up to ``settle_s``) until each has settled, so no
+        case of this session is still training, or about to start, once the session has ended."""
+        refs = [p.ref for p in self.pending.values()]
+        for ref in refs:
+            ray.cancel(ref, force=True)
         self.pending.clear()
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=settle_s)
 
 
 def _last_line(exc: BaseException) -> str:
