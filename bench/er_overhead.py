@@ -14,7 +14,10 @@ Where the harness's extra time went on digits (profiled, issue 14): per-batch ui
 normalisation and advanced indexing in TensorData.batches, the class-balanced buffer's placement
 (largest class recomputed per row) and replay sampling. Now splits small enough keep one
 normalised copy, placement caches the largest class between evictions, and sampling uses
-index_select; each is bit-identical to before (same RNG draws, same elementwise ops).
+index_select; each is bit-identical to before (same RNG draws, same elementwise ops). With a
+recipe, ER drew the fresh and the replayed views in two recipe calls per step (the plain loop one):
+it now augments the joint batch once (in-process A/B, 1 torch thread, CPU time, median of 20:
+digits ratio 1.144 -> 1.002-1.069 over three runs).
 """
 from __future__ import annotations
 

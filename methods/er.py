@@ -24,17 +24,18 @@ class ER(SupervisedMethod):
     def replay_loss(self, x, y, augment=None):
         # ER loss (Chaudhry et al. 2019, Alg. 1): cross-entropy over B_n ∪ B_M, the stream
         # batch and an equal-size replay batch, in one forward pass. The memory holds raw views;
-        # replayed samples get the suite's augmentation like fresh ones (as PyCIL does).
+        # with the suite's augmentation the joint batch gets one random view per sample, fresh and
+        # replayed alike (PyCIL augments every sample it loads), drawn in one batched call.
         if len(self.buffer):
             mx, my = self.buffer.sample(len(y), self.gen)
-            x, y = torch.cat([x, mx if augment is None else augment(mx)]), torch.cat([y, my])
-        return self.cross_entropy(self.model(x), y)
+            x, y = torch.cat([x, mx]), torch.cat([y, my])
+        return self.cross_entropy(self.model(x if augment is None else augment(x)), y)
 
     def learn(self, experience):
         self.labels.add(experience)
-        loss = functools.partial(self.replay_loss, augment=experience.augment) if experience.augmenting \
-            else self.replay_loss
-        self.fit(experience.batches(epochs=self.task_epochs()), loss)
+        augmenting = experience.augmenting   # then the raw batches, augmented together with the replay
+        loss = functools.partial(self.replay_loss, augment=experience.augment) if augmenting else self.replay_loss
+        self.fit(experience.batches(epochs=self.task_epochs(), augment=not augmenting), loss)
         for x, y in experience.batches(augment=False):   # one pass: each sample offered to the memory once
             self.buffer.add(x, y)
 

@@ -296,9 +296,10 @@ def test_er_stores_raw_views_and_augments_replayed_samples_like_fresh_ones():
     raw = data.prepare(data.images)
     stored, _ = method.buffer.tensors()
     assert len(stored) == 12 and all((raw == row).flatten(1).all(1).any() for row in stored)   # raw views only
-    assert CountingExperience.calls == []              # nothing to replay during the first task
+    assert CountingExperience.calls == [8] * 5         # first task: each step's fresh batch, nothing to replay
     method.learn(CountingExperience(data, (2, 3), None, batch_size=8, seed=1))
-    assert CountingExperience.calls == [8] * 5         # every step's replayed batch (40 images / 8)
+    # then each step's fresh and replayed samples in one view: 5 steps of 8 + 8 (40 images / 8)
+    assert CountingExperience.calls == [8] * 5 + [16] * 5
 
 
 class _Flat(torch.nn.Module):
