@@ -7,11 +7,12 @@ Records are synthetic (no training): accuracy matrices of the families' task cou
 each family stores (STF info_retention; CLDyB robustness and look-ahead/clustering timings; GTEP
 tuning configurations and evaluation trials), so the page has every section and figure a real
 store of these suites would give. Prints the page size (bytes, and how much of it is inline
-images) and the median build_html time.
+images) and the median build_html time, figures drawn serially and by one process per CPU.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import re
 import statistics
@@ -71,16 +72,21 @@ def many(rng: random.Random, n: int) -> list[RunRecord]:
 
 
 def measure(name: str, records: list[RunRecord], repeats: int) -> None:
-    times, page = [], ""
+    """Serial and parallel figure drawing (``workers`` 1 vs one per CPU) interleaved, same page."""
+    times, par, page = [], [], ""
     for _ in range(repeats):
         t0 = time.perf_counter()
         page = build_html(records, default_columns(records))
         times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        build_html(records, default_columns(records), workers=None)
+        par.append(time.perf_counter() - t0)
     images = sum(len(m) for m in re.findall(r"data:image/[^'\"]+", page))
     svgs = sum(len(m) for m in re.findall(r"<svg.*?</svg>", page, flags=re.S))
     print(f"{name}: {len(records)} records, page {len(page.encode()) / 1e6:.2f} MB "
           f"(inline PNG {images / 1e6:.2f} MB, inline SVG {svgs / 1e3:.1f} kB), "
-          f"build_html median {statistics.median(times):.1f} s over {repeats}")
+          f"build_html median {statistics.median(times):.1f} s serial, {statistics.median(par):.1f} s with one "
+          f"figure process per CPU ({os.cpu_count()}), over {repeats}")
 
 
 def main() -> None:

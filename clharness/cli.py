@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
                           "final_acc,avg_inc_acc,forgetting,bwt, the kinds' own metrics, train_seconds,memory_mb)")
     rep.add_argument("--suite", action="append", default=[], metavar="NAME", help="only this suite (repeatable)")
     rep.add_argument("--html", metavar="PATH", help="also write the HTML report to PATH")
+    rep.add_argument("--jobs", type=int, default=None, metavar="N",
+                     help="processes drawing the HTML report's figures (default: one per CPU)")
 
     cmp = sub.add_parser("compare", help="two scorecards side by side; exit 1 on a regression",
                          description="A and B are scorecard JSONs (--clh-scorecard x.json) or results stores. "
@@ -226,7 +228,7 @@ def report_results(args: argparse.Namespace) -> int:
         if args.html:
             from .plugins import Harness
             path = write_html(args.html, records, columns, source=str(Path(args.results).resolve()),
-                              make_harness=Harness)
+                              make_harness=Harness, workers=args.jobs)
             print(f"wrote {path}", file=sys.stderr)   # stderr: stdout stays parseable csv/json
     except (ReportError, StoreError, OSError, RegistryError) as exc:
         print(f"clharness report: {exc}", file=sys.stderr)

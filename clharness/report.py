@@ -130,11 +130,14 @@ _NOTES = {
 
 
 def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, source: str = "",
-               make_harness=None) -> str:
+               make_harness=None, workers: int | None = 1) -> str:
     """The whole report as one HTML page: CSS inline, figures as base64 PNG or inline SVG, no
     external reference. Each suite: its table (the runs of a kind's phases, GTEP's tuning
     configurations, left to the kind's own section), the kinds' sections (``make_harness()``
-    builds the registries for a kind that needs them), then figures per scenario."""
+    builds the registries for a kind that needs them), then figures per scenario, drawn by
+    ``workers`` processes (None: one per CPU), which are most of the page's build time: matplotlib
+    draws one figure at a time per process. More than one worker spawns processes, which re-import
+    the caller's main module: call it from a guarded ``if __name__ == "__main__":`` (the CLI does)."""
     from . import plots   # matplotlib loads only for the page, not for the text formats
     from .kinds import report_sections, split_scenario
     passed = [r for r in records if r.status == "passed"]
@@ -145,6 +148,7 @@ def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, s
         by_case[(r.suite, r.scenario)][r.method].append(r)
     esc = html.escape
     suites = list(dict.fromkeys(r.suite for r in records))
+    figure_jobs: list[tuple[str, dict, dict]] = []   # drawn together below, in parallel when there are CPUs
     out = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>clharness report</title>"
            f"<style>{_CSS}</style></head><body>",
            "<h1>clharness report</h1>",
@@ -175,10 +179,28 @@ def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, s
             if not groups:
                 out.append("<p class='bad'>no passed runs to plot.</p>")
                 continue
-            out.append(_scenario_figures(f"{suite}::{scenario}", dict(sorted(groups.items())), colors))
+            out.append(len(figure_jobs))   # this scenario's figures go here
+            figure_jobs.append((f"{suite}::{scenario}", dict(sorted(groups.items())), colors))
+    figures = _draw_all(figure_jobs, workers)
+    out = [figures[part] if isinstance(part, int) else part for part in out]
     out.append(_not_plotted([r for r in records if r.status != "passed"]))
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def _draw_all(jobs: list[tuple[str, dict, dict]], workers: int | None) -> list[str]:
+    """``_scenario_figures`` of every job, in order; spread over ``workers`` spawned processes when
+    there is more than one CPU and enough to draw (a process costs about a second to start). The
+    PNG bytes are the same either way: Agg draws deterministically."""
+    import os
+    workers = min(len(jobs) // 2, os.cpu_count() or 1) if workers is None else min(workers, len(jobs))
+    if workers <= 1:
+        return [_scenario_figures(*job) for job in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    # spawn, not fork: the report may run in a process that holds torch's threads (a pytest session)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(_scenario_figures, *zip(*jobs)))
 
 
 def _scenario_figures(name: str, groups: dict[str, list[RunRecord]], colors) -> str:
@@ -215,9 +237,9 @@ def _not_plotted(records: Sequence[RunRecord]) -> str:
 
 
 def write_html(path: str | Path, records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS,
-               source: str = "", make_harness=None) -> Path:
+               source: str = "", make_harness=None, workers: int | None = 1) -> Path:
     path = Path(path)
-    text = build_html(records, columns, source, make_harness)
+    text = build_html(records, columns, source, make_harness, workers)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path

@@ -144,6 +144,16 @@ def test_html_is_self_contained_with_one_image_per_figure(store, capsys, tmp_pat
     assert "runs not plotted (2)" in text
 
 
+def test_figures_drawn_by_worker_processes_give_the_same_page(store):
+    """``workers`` only spreads the figures over processes: the page is byte for byte the serial one
+    (but for its timestamp), each scenario's figures in its own place."""
+    from clharness.report import build_html
+    records = ResultsStore(store).records()
+    serial, parallel = (re.sub(r"generated [0-9-]+ [0-9:]+", "", build_html(records, workers=n)) for n in (1, 2))
+    assert parallel == serial
+    assert len(re.findall(r"<img", serial)) == 6
+
+
 def test_figure_data(store):
     recs = [r for r in ResultsStore(store).records() if r.status == "passed"]
     er = [r for r in recs if r.scenario == "split" and r.method == "er"]
