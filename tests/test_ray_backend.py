@@ -131,14 +131,15 @@ class Failer(Where):
 
 
 class Blocker(Where):
-    """Waits in its first task while the file block-<seed> exists (at most a minute)."""
+    """Waits in its first task while the file block-<seed> exists (at most five minutes: a safety net
+    against a hung test, far beyond what a loaded CI machine takes to start the rest of the session)."""
     name = "blocker"
 
     def learn(self, experience):
         if not self.seen:
             log("trained.log", f"{{self.name}} {{self.context.seed}}")
             self.seen.add(-1)
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 300
             while (HERE / f"block-{{self.context.seed}}").exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
         super().learn(experience)
