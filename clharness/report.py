@@ -148,7 +148,7 @@ def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, s
         by_case[(r.suite, r.scenario)][r.method].append(r)
     esc = html.escape
     suites = list(dict.fromkeys(r.suite for r in records))
-    figure_jobs: list[tuple[str, dict, dict]] = []   # drawn together below, in parallel when there are CPUs
+    drawer = _FigureDrawer(len(by_case), workers)   # started now: worker start-up overlaps the tables
     out = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>clharness report</title>"
            f"<style>{_CSS}</style></head><body>",
            "<h1>clharness report</h1>",
@@ -179,28 +179,46 @@ def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, s
             if not groups:
                 out.append("<p class='bad'>no passed runs to plot.</p>")
                 continue
-            out.append(len(figure_jobs))   # this scenario's figures go here
-            figure_jobs.append((f"{suite}::{scenario}", dict(sorted(groups.items())), colors))
-    figures = _draw_all(figure_jobs, workers)
-    out = [figures[part] if isinstance(part, int) else part for part in out]
+            out.append(drawer.draw(f"{suite}::{scenario}", dict(sorted(groups.items())), colors))
+    out = drawer.finish(out)
     out.append(_not_plotted([r for r in records if r.status != "passed"]))
     out.append("</body></html>")
     return "\n".join(out)
 
 
-def _draw_all(jobs: list[tuple[str, dict, dict]], workers: int | None) -> list[str]:
-    """``_scenario_figures`` of every job, in order; spread over ``workers`` spawned processes when
-    there is more than one CPU and enough to draw (a process costs about a second to start). The
-    PNG bytes are the same either way: Agg draws deterministically."""
-    import os
-    workers = min(len(jobs) // 2, os.cpu_count() or 1) if workers is None else min(workers, len(jobs))
-    if workers <= 1:
-        return [_scenario_figures(*job) for job in jobs]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    # spawn, not fork: the report may run in a process that holds torch's threads (a pytest session)
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(_scenario_figures, *zip(*jobs)))
+class _FigureDrawer:
+    """Draws the scenarios' figures in this process, or (``workers`` > 1; None: one per CPU when
+    there are at least two scenarios per process) in spawned worker processes started at once, so
+    their start-up (importing matplotlib, about a second) overlaps the page's tables and sections.
+    The PNG bytes are the same either way: Agg draws deterministically."""
+
+    def __init__(self, scenarios: int, workers: int | None):
+        import os
+        workers = min(scenarios // 2, os.cpu_count() or 1) if workers is None else min(workers, scenarios)
+        self.pool = None
+        if workers > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+            # spawn, not fork: the report may run in a process that holds torch's threads (a pytest session)
+            self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+            for _ in range(workers):
+                self.pool.submit(_load_plots)
+
+    def draw(self, name: str, groups: dict, colors: dict):
+        """The scenario's figures (HTML), or a future of them."""
+        return _scenario_figures(name, groups, colors) if self.pool is None else \
+            self.pool.submit(_scenario_figures, name, groups, colors)
+
+    def finish(self, parts: list) -> list[str]:
+        """``parts`` with every future replaced by its figures, in place order."""
+        if self.pool is None:
+            return parts
+        with self.pool:
+            return [part if isinstance(part, str) else part.result() for part in parts]
+
+
+def _load_plots() -> None:
+    from . import plots  # noqa: F401  (a worker's start-up: matplotlib)
 
 
 def _scenario_figures(name: str, groups: dict[str, list[RunRecord]], colors) -> str:
