@@ -339,7 +339,7 @@ class RayRunner:
                     self.pending.pop(key)
         return out
 
-    def cancel_all(self, settle_s: float = 30.0) -> None:
+    def cancel_all(self, settle_s: float = 10.0) -> None:
         """Cancel every outstanding task and wait (up to ``settle_s``) until each has settled, so no
         case of this session is still training, or about to start, once the session has ended."""
         refs = [p.ref for p in self.pending.values()]
