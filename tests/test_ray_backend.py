@@ -363,8 +363,11 @@ def test_ctrl_c_keeps_every_finished_record_and_the_rerun_trains_only_the_rest(p
     (pytester.path / "block-0").touch()   # blocker seed 0 holds its item (the first) until Ctrl-C
     store = pytester.path / "r.sqlite"
     args = [*session_args("blocker", "where", seeds=2), "-p", "raymethods", "--clh-results", str(store)]
+    # SIGINT restored for the driver: a test run started in the background of a non-interactive shell
+    # inherits it ignored, and Python then installs no KeyboardInterrupt handler (the driver would never stop)
     driver = subprocess.Popen([sys.executable, "-m", "pytest", *args, "--clh-ray", ray_runtime],
                               cwd=pytester.path, env={**os.environ, "HOME": HOME},
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
                               stdout=open(pytester.path / "driver.log", "w"), stderr=subprocess.STDOUT)
     done = pytester.path / "done.log"
     deadline = time.monotonic() + 280   # generous: on a loaded 2-core CI machine each Ray worker start takes long
