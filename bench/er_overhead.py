@@ -4,6 +4,7 @@ hand-written PyTorch loop, side by side in one process, same data, budgets and e
     python bench/er_overhead.py               # both workloads, 5 interleaved repeats
     python bench/er_overhead.py --repeats 3 --workloads digits-mlp --device cuda
     python bench/er_overhead.py --augment cifar   # both sides augment every training batch alike
+    python bench/er_overhead.py --processes 7     # 7 fresh interpreters: median and range of their ratios
 
 Both sides train task by task (SGD + momentum, batch of current data + an equal-size replay
 batch from a class-balanced memory filled after each task) and fill the full accuracy matrix
@@ -22,6 +23,7 @@ digits ratio 1.144 -> 1.002-1.069 over three runs).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import time
@@ -134,7 +136,13 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--augment", default="none", choices=["none", "cifar"],
                         help="augmentation recipe on both sides (the plain loop uses the same batched ops)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="repeat the whole measurement in this many fresh interpreters and report the "
+                             "median of their ratios (one process's figures move by a few percent with "
+                             "allocator and thread placement, both sides alike)")
     args = parser.parse_args()
+    if args.processes > 1:
+        return across_processes(args)
     device = pick_device(args.device)
     harness = clh.Harness()
     hp = {name: p.default for name, p in harness.methods["er"].hparams.items()}
@@ -144,14 +152,23 @@ def main() -> None:
         build_scenario(spec, harness.datasets, 0, device)   # warm the dataset cache for both sides
         plain_er(spec, harness, 0, device, hp), harness_er(spec, harness, 0, device)   # warm-up
         plain, wrapped, inner, acc_p, acc_h = [], [], [], [], []
-        for rep in range(args.repeats):   # interleaved, so drift hits both sides alike
+
+        def time_plain(rep):
+            gc.collect()   # neither side pays for the other's garbage (timeit's rule)
             seconds, acc = plain_er(spec, harness, rep, device, hp)
             plain.append(seconds)
             acc_p.append(acc)
+
+        def time_harness(rep):
+            gc.collect()
             seconds, acc, loop = harness_er(spec, harness, rep, device)
             wrapped.append(seconds)
             inner.append(loop)
             acc_h.append(acc)
+
+        for rep in range(args.repeats):   # interleaved, in alternating order: drift hits both sides alike
+            for side in ((time_plain, time_harness) if rep % 2 == 0 else (time_harness, time_plain)):
+                side(rep)
         p, h, i = statistics.median(plain), statistics.median(wrapped), statistics.median(inner)
         rows.append({"workload": name, "device": str(device), "repeats": args.repeats, "augment": args.augment,
                      "plain_s": p, "harness_s": h, "harness_train_eval_s": i, "ratio": h / p,
@@ -163,6 +180,38 @@ def main() -> None:
                      f"{r['harness_final_acc']:.3f}"] for r in rows],
                    headers=["workload", "device", "plain s (median)", "clharness s (median)", "ratio",
                             "overhead", "plain final acc", "clharness final acc"], tablefmt="github"))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+
+
+def across_processes(args) -> None:
+    """Run this script ``args.processes`` times, each a fresh interpreter with the same flags, and
+    report per workload the median, min and max of their ratios (each itself a median of repeats)."""
+    import subprocess
+    import sys
+    import tempfile
+    from tabulate import tabulate
+
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(args.processes):
+            out = f"{tmp}/{k}.json"
+            subprocess.run([sys.executable, __file__, "--repeats", str(args.repeats), "--device", args.device,
+                            "--augment", args.augment, "--workloads", *args.workloads, "--json", out],
+                           check=True, stdout=subprocess.DEVNULL)
+            with open(out) as fh:
+                runs.append(json.load(fh))
+    rows = []
+    for w, name in enumerate(args.workloads):
+        ratios = [run[w]["ratio"] for run in runs]
+        rows.append({"workload": name, "device": runs[0][w]["device"], "augment": args.augment,
+                     "processes": args.processes, "repeats": args.repeats, "ratio": statistics.median(ratios),
+                     "ratio_min": min(ratios), "ratio_max": max(ratios), "ratios": ratios})
+    print(tabulate([[r["workload"], r["device"], r["augment"], r["processes"], f"{r['ratio']:.3f}",
+                     f"{r['ratio_min']:.3f}-{r['ratio_max']:.3f}"] for r in rows],
+                   headers=["workload", "device", "augment", "processes", "median ratio", "range"],
+                   tablefmt="github"))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)

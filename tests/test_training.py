@@ -32,3 +32,21 @@ def test_sgd_momentum_accumulates_and_frozen_parameters_are_left_out():
 def test_unknown_optimizer_names_the_choices():
     with pytest.raises(ValueError, match="unknown optimizer 'rmsprop'; choose sgd, adam or adamw"):
         make_optimizer([torch.nn.Parameter(torch.zeros(1))], "rmsprop")
+
+
+def test_eval_mode_reaches_a_submodule_left_in_training_mode_and_skips_a_model_already_in_eval():
+    from clharness.training import eval_mode
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3))
+    model.eval()
+    model[1].train()               # a method switched one part back, the root still says eval
+    eval_mode(model)
+    assert not any(m.training for m in model.modules())
+    x = torch.randn(8, 3)
+    with torch.no_grad():
+        model(x)
+    assert torch.equal(model[1].running_mean, torch.zeros(3))   # in training mode the batch would move it
+
+    calls = []
+    model.train = lambda mode=True: calls.append(mode)   # already all in eval: nothing to walk
+    eval_mode(model)
+    assert calls == []
