@@ -5,6 +5,7 @@ hand-written PyTorch loop, side by side in one process, same data, budgets and e
     python bench/er_overhead.py --repeats 3 --workloads digits-mlp --device cuda
     python bench/er_overhead.py --augment cifar   # both sides augment every training batch alike
     python bench/er_overhead.py --processes 7     # 7 fresh interpreters: median and range of their ratios
+    python bench/er_overhead.py --threads 1       # steadiest on a small shared CPU
 
 Both sides train task by task (SGD + momentum, batch of current data + an equal-size replay
 batch from a class-balanced memory filled after each task) and fill the full accuracy matrix
@@ -140,9 +141,14 @@ def main() -> None:
                         help="repeat the whole measurement in this many fresh interpreters and report the "
                              "median of their ratios (one process's figures move by a few percent with "
                              "allocator and thread placement, both sides alike)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch CPU threads on both sides (0: torch's default). On a small shared CPU, one "
+                             "thread gives the steadiest figures: the harness's extra work is Python, not kernels")
     args = parser.parse_args()
     if args.processes > 1:
         return across_processes(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = pick_device(args.device)
     harness = clh.Harness()
     hp = {name: p.default for name, p in harness.methods["er"].hparams.items()}
@@ -171,7 +177,7 @@ def main() -> None:
                 side(rep)
         p, h, i = statistics.median(plain), statistics.median(wrapped), statistics.median(inner)
         rows.append({"workload": name, "device": str(device), "repeats": args.repeats, "augment": args.augment,
-                     "plain_s": p, "harness_s": h, "harness_train_eval_s": i, "ratio": h / p,
+                     "threads": torch.get_num_threads(), "plain_s": p, "harness_s": h, "harness_train_eval_s": i, "ratio": h / p,
                      "overhead_pct": 100 * (h / p - 1), "plain_final_acc": statistics.mean(acc_p),
                      "harness_final_acc": statistics.mean(acc_h)})
     from tabulate import tabulate
@@ -198,7 +204,8 @@ def across_processes(args) -> None:
         for k in range(args.processes):
             out = f"{tmp}/{k}.json"
             subprocess.run([sys.executable, __file__, "--repeats", str(args.repeats), "--device", args.device,
-                            "--augment", args.augment, "--workloads", *args.workloads, "--json", out],
+                            "--augment", args.augment, "--threads", str(args.threads), "--workloads", *args.workloads,
+                            "--json", out],
                            check=True, stdout=subprocess.DEVNULL)
             with open(out) as fh:
                 runs.append(json.load(fh))
@@ -206,11 +213,12 @@ def across_processes(args) -> None:
     for w, name in enumerate(args.workloads):
         ratios = [run[w]["ratio"] for run in runs]
         rows.append({"workload": name, "device": runs[0][w]["device"], "augment": args.augment,
+                     "threads": runs[0][w]["threads"],
                      "processes": args.processes, "repeats": args.repeats, "ratio": statistics.median(ratios),
                      "ratio_min": min(ratios), "ratio_max": max(ratios), "ratios": ratios})
-    print(tabulate([[r["workload"], r["device"], r["augment"], r["processes"], f"{r['ratio']:.3f}",
+    print(tabulate([[r["workload"], r["device"], r["augment"], r["threads"], r["processes"], f"{r['ratio']:.3f}",
                      f"{r['ratio_min']:.3f}-{r['ratio_max']:.3f}"] for r in rows],
-                   headers=["workload", "device", "augment", "processes", "median ratio", "range"],
+                   headers=["workload", "device", "augment", "threads", "processes", "median ratio", "range"],
                    tablefmt="github"))
     if args.json:
         with open(args.json, "w") as fh:

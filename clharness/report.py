@@ -148,39 +148,39 @@ def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, s
         by_case[(r.suite, r.scenario)][r.method].append(r)
     esc = html.escape
     suites = list(dict.fromkeys(r.suite for r in records))
-    drawer = _FigureDrawer(len(by_case), workers)   # started now: worker start-up overlaps the tables
-    out = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>clharness report</title>"
-           f"<style>{_CSS}</style></head><body>",
-           "<h1>clharness report</h1>",
-           f"<p class='meta'>{esc(source)} · {len(records)} runs, {len(passed)} passed, "
-           f"{len(records) - len(passed)} not plotted · generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>",
-           "<nav>" + "".join(f"<a href='#suite-{esc(s)}'>{esc(s)}</a>" for s in suites)
-           + "<a href='#not-plotted'>runs not plotted</a></nav>"]
-    for suite in suites:
-        out.append(f"<h2 id='suite-{esc(suite)}'>suite {esc(suite)}</h2>")
-        # tabulate's "html" format escapes every cell.
-        shown = summary[(summary.suite == suite) & ~_tuning_rows(summary)]
-        out.append(render(shown, columns, "html"))
-        out.append("<p class='note'>mean ± 95% confidence interval over passed seeds.</p>")
-        agreement = rank_agreement(shown)
-        if not agreement.empty:
-            out.append("<p class='note'>Do the scenarios rank the methods alike? Spearman and Kendall "
-                       "correlation of the method rankings by seed-mean final accuracy.</p>")
-            out.append(render_agreement(agreement, "html"))
-        # page=records: a kind may pair this suite's runs with another suite's (M2I's m2i with i2m)
-        for title, section in report_sections([r for r in records if r.suite == suite], "html",
-                                              make_harness or (lambda: None), page=records):
-            out.append(f"<p class='note'>{esc(title)}</p>{section}")
-        scenarios = [sc for sc in dict.fromkeys(r.scenario for r in records if r.suite == suite)
-                     if (split_scenario(sc) or ("", ""))[1] != "tune"]   # in the kind's section instead
-        for scenario in scenarios:
-            groups = by_case.get((suite, scenario))
-            out.append(f"<h3>{esc(suite)}::{esc(scenario)}</h3>")
-            if not groups:
-                out.append("<p class='bad'>no passed runs to plot.</p>")
-                continue
-            out.append(drawer.draw(f"{suite}::{scenario}", dict(sorted(groups.items())), colors))
-    out = drawer.finish(out)
+    with _FigureDrawer(len(by_case), workers) as drawer:   # started now: worker start-up overlaps the tables
+        out = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>clharness report</title>"
+               f"<style>{_CSS}</style></head><body>",
+               "<h1>clharness report</h1>",
+               f"<p class='meta'>{esc(source)} · {len(records)} runs, {len(passed)} passed, "
+               f"{len(records) - len(passed)} not plotted · generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>",
+               "<nav>" + "".join(f"<a href='#suite-{esc(s)}'>{esc(s)}</a>" for s in suites)
+               + "<a href='#not-plotted'>runs not plotted</a></nav>"]
+        for suite in suites:
+            out.append(f"<h2 id='suite-{esc(suite)}'>suite {esc(suite)}</h2>")
+            # tabulate's "html" format escapes every cell.
+            shown = summary[(summary.suite == suite) & ~_tuning_rows(summary)]
+            out.append(render(shown, columns, "html"))
+            out.append("<p class='note'>mean ± 95% confidence interval over passed seeds.</p>")
+            agreement = rank_agreement(shown)
+            if not agreement.empty:
+                out.append("<p class='note'>Do the scenarios rank the methods alike? Spearman and Kendall "
+                           "correlation of the method rankings by seed-mean final accuracy.</p>")
+                out.append(render_agreement(agreement, "html"))
+            # page=records: a kind may pair this suite's runs with another suite's (M2I's m2i with i2m)
+            for title, section in report_sections([r for r in records if r.suite == suite], "html",
+                                                  make_harness or (lambda: None), page=records):
+                out.append(f"<p class='note'>{esc(title)}</p>{section}")
+            scenarios = [sc for sc in dict.fromkeys(r.scenario for r in records if r.suite == suite)
+                         if (split_scenario(sc) or ("", ""))[1] != "tune"]   # in the kind's section instead
+            for scenario in scenarios:
+                groups = by_case.get((suite, scenario))
+                out.append(f"<h3>{esc(suite)}::{esc(scenario)}</h3>")
+                if not groups:
+                    out.append("<p class='bad'>no passed runs to plot.</p>")
+                    continue
+                out.append(drawer.draw(f"{suite}::{scenario}", dict(sorted(groups.items())), colors))
+        out = drawer.finish(out)
     out.append(_not_plotted([r for r in records if r.status != "passed"]))
     out.append("</body></html>")
     return "\n".join(out)
@@ -211,10 +211,15 @@ class _FigureDrawer:
 
     def finish(self, parts: list) -> list[str]:
         """``parts`` with every future replaced by its figures, in place order."""
-        if self.pool is None:
-            return parts
-        with self.pool:
-            return [part if isinstance(part, str) else part.result() for part in parts]
+        return [part if isinstance(part, str) else part.result() for part in parts]
+
+    def __enter__(self) -> "_FigureDrawer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # also when a section raised mid-page: no worker outlives the page, queued figures are dropped
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _load_plots() -> None:

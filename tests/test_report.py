@@ -154,6 +154,23 @@ def test_figures_drawn_by_worker_processes_give_the_same_page(store):
     assert len(re.findall(r"<img", serial)) == 6
 
 
+def test_a_section_that_raises_mid_page_leaves_no_figure_worker_behind(store, monkeypatch):
+    """The error reaches the caller and the worker processes are gone with it (not left running
+    until the caller's process exits)."""
+    import multiprocessing
+    from clharness import report
+
+    records = ResultsStore(store).records()
+
+    def broken_sections(*args, **kwargs):
+        raise RuntimeError("section exploded")
+
+    monkeypatch.setattr("clharness.kinds.report_sections", broken_sections)
+    with pytest.raises(RuntimeError, match="section exploded"):
+        report.build_html(records, workers=2)
+    assert multiprocessing.active_children() == []
+
+
 def test_figure_data(store):
     recs = [r for r in ResultsStore(store).records() if r.status == "passed"]
     er = [r for r in recs if r.scenario == "split" and r.method == "er"]
