@@ -1,7 +1,7 @@
 """Training-time data augmentation: named recipes applied to whole minibatches on the device.
 
 A suite names a recipe with the scenario key ``augment`` (``none``, ``cifar``, ``imagenet``,
-``vit``; plugins add more through ``clharness_add_augmentations(registry)``). The data objects
+``vit``, ``strong``; plugins add more through ``clharness_add_augmentations(registry)``). The data objects
 (``clharness.data.TensorData``/``StreamData``) apply it: ``Recipe.train`` to training batches
 when a method asks ``experience.batches()`` (never to test or validation data), and
 ``Recipe.eval``, the deterministic test-time view some recipes define (resize 256, centre crop
@@ -163,6 +163,125 @@ def centre_crop_resize(x: torch.Tensor, fraction: float, size: tuple[int, int], 
     return out
 
 
+# ------------------------------------------------------------------------------ colour ops (on [0, 1] pixels)
+# ITU-R 601-2 luma, PIL's "L" conversion (the reference's ColorJitter runs on PIL images)
+LUMA = (0.299, 0.587, 0.114)
+
+
+def to_unit(x: torch.Tensor, frame: Frame) -> torch.Tensor:
+    """Inputs in ``frame`` -> [0, 1] pixels."""
+    black, white = frame.black.to(x), frame.white.to(x)
+    return (x - black) / (white - black)
+
+
+def from_unit(p: torch.Tensor, frame: Frame) -> torch.Tensor:
+    """[0, 1] pixels -> inputs in ``frame``."""
+    black, white = frame.black.to(p), frame.white.to(p)
+    return black + p * (white - black)
+
+
+def luma(p: torch.Tensor) -> torch.Tensor:
+    """(N, 3, H, W) RGB -> (N, 1, H, W) grey."""
+    w = torch.tensor(LUMA, dtype=p.dtype, device=p.device).view(1, 3, 1, 1)
+    return (p * w).sum(1, keepdim=True)
+
+
+def _per_sample(f: torch.Tensor) -> torch.Tensor:
+    return f.view(-1, 1, 1, 1)
+
+
+def adjust_brightness(p: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """Blend with black: f p, clipped to [0, 1]."""
+    return (p * _per_sample(factor)).clamp_(0, 1)
+
+
+def adjust_contrast(p: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """Blend with the image's mean grey level: f p + (1 - f) mean, clipped (1 channel: its mean)."""
+    grey = luma(p) if p.shape[1] == 3 else p
+    mean = grey.mean((1, 2, 3), keepdim=True)
+    f = _per_sample(factor)
+    return (f * p + (1 - f) * mean).clamp_(0, 1)
+
+
+def adjust_saturation(p: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """Blend with the grey image: f p + (1 - f) luma(p), clipped (RGB only)."""
+    f = _per_sample(factor)
+    return (f * p + (1 - f) * luma(p)).clamp_(0, 1)
+
+
+def rgb_to_hsv(p: torch.Tensor) -> torch.Tensor:
+    """(N, 3, H, W) RGB in [0, 1] -> HSV, each in [0, 1] (hue in turns; grey pixels get hue 0)."""
+    r, g, b = p.unbind(1)
+    v, _ = p.max(1)
+    c = v - p.min(1).values                       # chroma
+    safe_c = torch.where(c > 0, c, torch.ones_like(c))
+    s = torch.where(v > 0, c / torch.where(v > 0, v, torch.ones_like(v)), torch.zeros_like(v))
+    h = torch.where(v == r, (g - b) / safe_c,
+                    torch.where(v == g, 2 + (b - r) / safe_c, 4 + (r - g) / safe_c))
+    h = torch.where(c > 0, (h / 6) % 1.0, torch.zeros_like(h))
+    return torch.stack([h, s, v], 1)
+
+
+def hsv_to_rgb(hsv: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`rgb_to_hsv` (the six-sector formula)."""
+    h, s, v = hsv.unbind(1)
+    h6 = h * 6
+    sector = torch.floor(h6)
+    f = h6 - sector
+    sector = sector.long() % 6
+    p, q, t = v * (1 - s), v * (1 - s * f), v * (1 - s * (1 - f))
+    # (r, g, b) for sectors 0..5: (v,t,p) (q,v,p) (p,v,t) (p,q,v) (t,p,v) (v,p,q)
+    table = torch.stack([torch.stack(c, 0) for c in
+                         ((v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v), (v, p, q))], 0)  # 6, 3, N, H, W
+    index = sector.unsqueeze(0).unsqueeze(0).expand(1, 3, *sector.shape)
+    return table.gather(0, index).squeeze(0).transpose(0, 1)
+
+
+def adjust_hue(p: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """Rotate every pixel's hue by ``shift[n]`` turns (HSV), saturation and value kept (RGB only)."""
+    hsv = rgb_to_hsv(p)
+    hsv[:, 0] = (hsv[:, 0] + _per_sample(shift).squeeze(1)) % 1.0
+    return hsv_to_rgb(hsv)
+
+
+def grayscale(p: torch.Tensor) -> torch.Tensor:
+    """RGB -> grey replicated over the three channels."""
+    return luma(p).expand_as(p).clone()
+
+
+def random_color_jitter(p: torch.Tensor, brightness: float, contrast: float, saturation: float, hue: float,
+                        apply_p: float, generator: torch.Generator) -> torch.Tensor:
+    """``RandomApply([ColorJitter(brightness, contrast, saturation, hue)], p=apply_p)`` on [0, 1]
+    pixels, per-sample factors (uniform in [1 - a, 1 + a], hue in [-hue, hue]) and, as torchvision,
+    a random order of the four adjustments per image. 1-channel inputs: brightness and contrast
+    only (torchvision leaves grey images unchanged under saturation and hue)."""
+    n, device = len(p), p.device
+    apply = torch.rand(n, generator=generator, device=device) < apply_p
+    u = torch.rand(4, n, generator=generator, device=device)
+    factors = [1 - brightness + 2 * brightness * u[0], 1 - contrast + 2 * contrast * u[1],
+               1 - saturation + 2 * saturation * u[2], hue * (2 * u[3] - 1)]
+    order = torch.rand(n, 4, generator=generator, device=device).argsort(1)   # a permutation per image
+    ops = [adjust_brightness, adjust_contrast, adjust_saturation, adjust_hue]
+    if p.shape[1] != 3:
+        ops = ops[:2]
+    p = p.clone()
+    for step in range(4):
+        for k, op in enumerate(ops):
+            rows = (apply & (order[:, step] == k)).nonzero().squeeze(1)
+            if len(rows):
+                p[rows] = op(p[rows], factors[k][rows])
+    return p
+
+
+def random_grayscale(p: torch.Tensor, prob: float, generator: torch.Generator) -> torch.Tensor:
+    """``RandomGrayscale(prob)`` on [0, 1] RGB pixels; 1-channel inputs are returned unchanged
+    (the draw is still made, so the random stream does not depend on the channel count)."""
+    chosen = torch.rand(len(p), generator=generator, device=p.device) < prob
+    if p.shape[1] != 3:
+        return p
+    return torch.where(chosen.view(-1, 1, 1, 1), grayscale(p), p)
+
+
 # ------------------------------------------------------------------------------ recipes
 class Recipe:
     """A named augmentation recipe. ``train(x, frame, size, generator)`` returns a random view of
@@ -273,8 +392,36 @@ class ViTAugmentation(ResizedCropAugmentation):
     eval_mode = "bicubic"
 
 
+class StrongAugmentation(Recipe):
+    """SimCLR-style strong views, mammoth's ``strong_aug`` (utils/augmentations.py), which X-DER
+    uses for its future-heads consistency term: RandomHorizontalFlip(0.5),
+    RandomResizedCrop(size, scale=(0.2, 1), ratio (3/4, 4/3)),
+    RandomApply([ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8), RandomGrayscale(0.2) (luma 0.299,
+    0.587, 0.114). Flip and crop are one grid_sample; the colour ops run on [0, 1] pixels mapped
+    from the frame and back, with per-sample factors and, as torchvision's ColorJitter, a random
+    order of the four adjustments per image. 1-channel inputs: saturation, hue and grayscale are
+    skipped (identities on grey images in torchvision). Test view: none (the data's own)."""
+    name = "strong"
+    source = ("mammoth strong_aug (X-DER): RandomHorizontalFlip(), RandomResizedCrop(size, scale=(0.2, 1)), "
+              "RandomApply([ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8), RandomGrayscale(0.2)")
+    scale: ClassVar[tuple[float, float]] = (0.2, 1.0)
+    ratio: ClassVar[tuple[float, float]] = (3 / 4, 4 / 3)
+    jitter: ClassVar[tuple[float, float, float, float]] = (0.4, 0.4, 0.4, 0.1)
+    jitter_p: ClassVar[float] = 0.8
+    grayscale_p: ClassVar[float] = 0.2
+
+    def train(self, x, frame, size, generator):
+        n, _, h, w = x.shape
+        boxes = resized_crop_boxes(n, h, w, self.scale, self.ratio, generator, x.device)
+        flip = torch.rand(n, generator=generator, device=x.device) < 0.5
+        p = to_unit(resized_crop(x, boxes, tuple(size), flip), frame).clamp_(0, 1)
+        p = random_color_jitter(p, *self.jitter, self.jitter_p, generator)
+        return from_unit(random_grayscale(p, self.grayscale_p, generator), frame)
+
+
 BUILTIN_RECIPES: dict[str, Recipe] = {r.name: r for r in
-                                      (NoAugmentation(), CifarAugmentation(), ImageNetAugmentation(), ViTAugmentation())}
+                                      (NoAugmentation(), CifarAugmentation(), ImageNetAugmentation(), ViTAugmentation(),
+                                       StrongAugmentation())}
 
 # The recipes known to this process: the built-ins until a Harness builds its registries (then
 # those of every plugin it loaded), so suite files are checked against what plugins added.

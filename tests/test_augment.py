@@ -150,7 +150,7 @@ def test_suite_key_names_a_registered_recipe(tmp_path):
     assert load_suite(path).scenarios[0].augment == "cifar"
     path.write_text(body.format("autoaugment"))
     with pytest.raises(SuiteError, match="augment = 'autoaugment' is not a registered augmentation recipe; "
-                                         "registered: cifar, imagenet, none, vit"):
+                                         "registered: cifar, imagenet, none, strong, vit"):
         load_suite(path)
 
 
