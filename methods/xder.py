@@ -21,21 +21,32 @@ tasks < t, the "current head" task t's classes and "future heads" the classes no
          the past term detached)
        + eta mean[max(0, max h_future + m - max h_own)]  (future constraint on stream and memory samples,
          h_own the head of the sample's own task),
+       + lambd sum_h SupCon(h) / (H n)  (future-heads consistency while future heads exist, as the
+         reference computes it (the paper text is not available offline): the first
+         ``simclr_batch_size`` raw stream samples and as many raw memory samples, n in all, each in
+         ``simclr_num_aug`` strong views (``clharness.augment.StrongAugmentation``, the reference's
+         strong_aug) forwarded with BatchNorm statistics frozen; for each of the H future heads its
+         logits, L2-normalised per view, go through the supervised contrastive loss of Khosla et
+         al. 2020, eq. 2 (``supcon_loss``, labels the samples' classes, temperature = base
+         temperature = ``simclr_temp``, summed over samples)),
   each hinge averaged over the samples where it is positive (the reference).
 
-Defaults: mammoth's ``xder`` arguments (gamma 0.85, eta 0.1, m 0.3) and its Seq-CIFAR-100 config
-(alpha 0.3, beta 0.8, SGD lr 0.03).
+Defaults: mammoth's ``xder`` arguments (gamma 0.85, eta 0.1, m 0.3, lambd 0.1, simclr_temp 5,
+simclr_batch_size 64, simclr_num_aug 2) and its Seq-CIFAR-100 config (alpha 0.3, beta 0.8, SGD lr 0.03).
 
-Heads without contiguous class ids: a task's head is its set of global class ids (the harness
-shuffles class order), and the future heads are all classes not seen yet (the reference slices
-``[(t+1)*cpt:]``); in the class-incremental setting the future tasks' partition is unknown, which
-only the omitted contrastive term below would need.
+Heads: a task's head is its set of global class ids, and the future heads of the constraints are all
+classes not seen yet. The consistency term needs the future heads one by one: the unseen classes in
+global id order cut into chunks of the current task's class count (``future_heads``). Split
+scenarios give each task a contiguous range of ids (positions in the class order), so these chunks
+are the future tasks, the reference's ``[(t+1)*cpt:]`` split; for kinds whose tasks are not
+contiguous id ranges of equal size the chunks are only a fixed partition of the unseen classes.
 
 Deliberate differences from the reference:
-- no future-heads contrastive consistency (the reference's SupCon term ``lambd`` on strongly
-  augmented views, one loss per future head): it needs the partition of the unseen classes into
-  future tasks and a strong augmentation the harness does not provide; ``dp_weight``/``align_bn``
-  of newer configs are not implemented either;
+- the future heads of the consistency term are id-order chunks of the current task's size (above);
+- strong views are drawn on the device for the whole batch from the normalised raw samples
+  (``StrongAugmentation``: float pixels, no PIL rounding, bilinear crops without antialiasing; on
+  1-channel inputs no saturation, hue or grayscale), from the method's own seeded generator;
+- ``dp_weight``/``align_bn`` of newer configs are not implemented;
 - stored task labels are not kept (the reference stores them but no loss reads them);
 - the end-of-task memory pass runs the network in eval mode on the raw samples (the reference:
   train-mode BatchNorm without updating its statistics, on augmented views); during training,
@@ -43,10 +54,14 @@ Deliberate differences from the reference:
 - task boundaries are needed (memory is built at the end of each task): no online setting, as the
   reference (COMPATIBILITY class-il, task-il).
 """
+from contextlib import contextmanager
+
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 import clharness as clh
+from clharness import augment
 from clharness.buffers import ReservoirBuffer
 from clharness.training import NEG, Trainer, optimizer_space
 from clharness_methods.derpp import DERpp, raw_batches
@@ -65,6 +80,52 @@ def transplant(old, new, gt, cols, gamma):
     return old
 
 
+def supcon_loss(features, labels, temperature, base_temperature=None):
+    """Supervised contrastive loss (Khosla et al. 2020, eq. 2, "L^sup_out") of ``features``
+    (N samples, V views, D; L2-normalised by the caller) with ``labels`` (N). Every one of the N V
+    views is an anchor i; its positives P(i) are the other views of its sample and all views of the
+    other samples with its label; A(i) is every view but i itself:
+
+        l_i = -(temperature / base_temperature) / |P(i)| sum_{p in P(i)} log softmax_{a in A(i)}(z_i . z_a / temperature)[p]
+
+    Returns sum_i l_i / V, i.e. the per-sample mean over its views summed over samples (the
+    reference's SupConLoss with reduction "sum"). V >= 2 guarantees every anchor a positive."""
+    n, v, _ = features.shape
+    if v < 2:
+        raise ValueError(f"supcon_loss needs at least 2 views per sample, got features of shape {tuple(features.shape)}")
+    base_temperature = temperature if base_temperature is None else base_temperature
+    z = features.transpose(0, 1).reshape(n * v, -1)                 # view-major: anchor k is sample k % n
+    sim = z @ z.T / temperature
+    self_mask = torch.eye(n * v, dtype=torch.bool, device=z.device)
+    log_prob = sim - torch.logsumexp(sim.masked_fill(self_mask, float("-inf")), 1, keepdim=True)
+    lab = labels.repeat(v)
+    positive = (lab[:, None] == lab[None, :]) & ~self_mask
+    per_anchor = -(log_prob * positive).sum(1) / positive.sum(1)
+    return (temperature / base_temperature) * per_anchor.sum() / v
+
+
+@contextmanager
+def frozen_bn_stats(model: nn.Module):
+    """BatchNorm layers in ``model`` normalise with batch statistics (train mode) without updating
+    their running statistics (the reference's ``bn_track_stats(self, False)``)."""
+    layers = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    tracked = [m.track_running_stats for m in layers]
+    for m in layers:
+        m.track_running_stats = False
+    try:
+        yield
+    finally:
+        for m, flag in zip(layers, tracked):
+            m.track_running_stats = flag
+
+
+def future_heads(future: torch.Tensor, classes_per_task: int) -> list[torch.Tensor]:
+    """The unseen classes (bool mask over global ids) in id order, cut into chunks of
+    ``classes_per_task`` ids (the last one shorter when they do not divide evenly)."""
+    ids = future.nonzero().squeeze(1)
+    return list(ids.split(classes_per_task)) if len(ids) else []
+
+
 class XDER(DERpp):
     name = "xder"
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL})
@@ -73,13 +134,22 @@ class XDER(DERpp):
                "beta": clh.Float(0.0, 10.0, default=0.8),     # label replay (past heads)
                "gamma": clh.Float(0.0, 1.0, default=0.85),    # damping of transplanted logits
                "eta": clh.Float(0.0, 10.0, default=0.1),      # weight of the past/future constraints
-               "margin": clh.Float(0.0, 10.0, default=0.3)}   # m of the constraints
+               "margin": clh.Float(0.0, 10.0, default=0.3),   # m of the constraints
+               "lambd": clh.Float(0.0, 10.0, default=0.1),    # weight of the future-heads consistency
+               "simclr_temp": clh.Float(0.01, 100.0, default=5.0),   # SupCon temperature (= base temperature)
+               "simclr_batch_size": clh.Int(1, 4096, default=64),    # stream (and memory) samples contrasted
+               "simclr_num_aug": clh.Int(2, 16, default=2)}          # strong views per sample
+    version = "2"      # 2: the future-heads consistency term (SupCon on strong views)
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)
         self.task = 0                                    # tasks finished
         self.class_task = torch.full((context.num_classes,), -1, dtype=torch.long, device=context.device)
         self.update_counter = torch.zeros(context.memory_size, device=context.device)
+        self.strong = augment.StrongAugmentation()
+        self.strong_gen = torch.Generator(device=context.device).manual_seed(context.seed + 7)
+        self.frame = None                                # the data's pixel frame, set by learn()
+        self.classes_per_task = 0                        # the current task's class count
 
     # --- column groups of the current task ---
     def heads(self):
@@ -115,7 +185,29 @@ class XDER(DERpp):
                 bad = torch.cat([bad, bo[:, future].max(1).values])
                 good = torch.cat([good, bo.masked_fill(~own, NEG).max(1).values])
             loss = loss + self.hinge(bad + m - good, eta)
-        return loss
+        consistency = self.consistency_loss(x, y, future)
+        return loss if consistency is None else loss + consistency
+
+    def consistency_loss(self, x, y, future):
+        """Future-heads consistency: SupCon (``supcon_loss``) on the logits of each future head over
+        strong views of the first ``simclr_batch_size`` raw stream samples and as many raw memory
+        samples, BatchNorm statistics untouched; lambd sum_h SupCon_h / (heads x samples). None when
+        there is no future head (the last task) or lambd is 0."""
+        heads = future_heads(future, self.classes_per_task)
+        if not heads or self.hp["lambd"] == 0:
+            return None
+        n, views = self.hp["simclr_batch_size"], self.hp["simclr_num_aug"]
+        xs, ys = x[:n], y[:n]
+        if len(self.buffer):
+            bx, by, _, _ = self.sample(n)
+            xs, ys = torch.cat([bx, xs]), torch.cat([by, ys])
+        with torch.no_grad():
+            strong = self.strong.train(xs.repeat_interleave(views, 0), self.frame, tuple(xs.shape[-2:]),
+                                       self.strong_gen)
+        with frozen_bn_stats(self.model):
+            out = self.model(strong).float().view(len(xs), views, -1)
+        total = sum(supcon_loss(F.normalize(out[:, :, head], dim=2), ys, self.hp["simclr_temp"]) for head in heads)
+        return self.hp["lambd"] * total / (len(heads) * len(xs))
 
     @staticmethod
     def hinge(values, weight):
@@ -151,6 +243,12 @@ class XDER(DERpp):
     def learn(self, experience):
         self.labels.add(experience)
         self.class_task[list(experience.classes)] = self.task
+        self.classes_per_task = len(experience.classes)
+        self.frame = getattr(experience.data, "frame", None)
+        if self.frame is None and self.hp["lambd"] > 0:
+            raise clh.MethodError("xder's consistency term needs the data's pixel frame (experience.data.frame, "
+                                  "as TensorData and StreamData have) to draw strong views; set lambd = 0 "
+                                  "to train without it")
         self.trainer = Trainer.for_method(self)
         self.model.train()
         for x, y in raw_batches(experience, self.context.epochs):
