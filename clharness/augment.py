@@ -212,29 +212,23 @@ def adjust_saturation(p: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
 def rgb_to_hsv(p: torch.Tensor) -> torch.Tensor:
     """(N, 3, H, W) RGB in [0, 1] -> HSV, each in [0, 1] (hue in turns; grey pixels get hue 0)."""
     r, g, b = p.unbind(1)
-    v, _ = p.max(1)
-    c = v - p.min(1).values                       # chroma
-    safe_c = torch.where(c > 0, c, torch.ones_like(c))
-    s = torch.where(v > 0, c / torch.where(v > 0, v, torch.ones_like(v)), torch.zeros_like(v))
-    h = torch.where(v == r, (g - b) / safe_c,
-                    torch.where(v == g, 2 + (b - r) / safe_c, 4 + (r - g) / safe_c))
-    h = torch.where(c > 0, (h / 6) % 1.0, torch.zeros_like(h))
+    v = torch.maximum(torch.maximum(r, g), b)
+    c = v - torch.minimum(torch.minimum(r, g), b)            # chroma
+    s = c / torch.where(v > 0, v, torch.ones_like(v))
+    # hue sextant times chroma: from the largest channel, r first as PIL and colorsys
+    h6c = torch.where(v == r, g - b, torch.where(v == g, 2 * c + b - r, 4 * c + r - g))
+    h = h6c / (6 * torch.where(c > 0, c, torch.ones_like(c)))
+    h = torch.where(h < 0, h + 1, h)
     return torch.stack([h, s, v], 1)
 
 
 def hsv_to_rgb(hsv: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`rgb_to_hsv` (the six-sector formula)."""
-    h, s, v = hsv.unbind(1)
-    h6 = h * 6
-    sector = torch.floor(h6)
-    f = h6 - sector
-    sector = sector.long() % 6
-    p, q, t = v * (1 - s), v * (1 - s * f), v * (1 - s * (1 - f))
-    # (r, g, b) for sectors 0..5: (v,t,p) (q,v,p) (p,v,t) (p,q,v) (t,p,v) (v,p,q)
-    table = torch.stack([torch.stack(c, 0) for c in
-                         ((v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v), (v, p, q))], 0)  # 6, 3, N, H, W
-    index = sector.unsqueeze(0).unsqueeze(0).expand(1, 3, *sector.shape)
-    return table.gather(0, index).squeeze(0).transpose(0, 1)
+    """Inverse of :func:`rgb_to_hsv`: channel c = v - v s clamp(min(k, 4 - k), 0, 1) with
+    k = (n_c + 6 h) mod 6, n = (5, 3, 1) for (r, g, b) (the six-sector formula, without branches)."""
+    h, s, v = hsv[:, 0:1], hsv[:, 1:2], hsv[:, 2:3]
+    n = torch.tensor([5.0, 3.0, 1.0], dtype=hsv.dtype, device=hsv.device).view(1, 3, 1, 1)
+    k = (n + 6 * h) % 6
+    return v - v * s * torch.minimum(k, 4 - k).clamp(0, 1)
 
 
 def adjust_hue(p: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
