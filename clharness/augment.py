@@ -29,7 +29,10 @@ Deliberate differences from the torchvision/PIL pipelines the recipes come from:
 - ``Recipe.eval``'s "resize shorter side to 256, centre crop 224" is one resampling of the
   centred square of side 224/256 of the shorter side (same geometry, one interpolation);
 - for file trees streamed by a DataLoader the recipe acts on the decoded batch at the
-  scenario's image size (already resized by the workers), not on the full-resolution file.
+  scenario's image size (already resized by the workers), not on the full-resolution file;
+- ``strong``'s colour jitter works on float [0, 1] pixels (PIL's ImageEnhance/HSV work on uint8):
+  contrast blends with the exact mean luma, not PIL's rounded histogram mean, and hue rotates in
+  float HSV; luma weights are PIL's (0.299, 0.587, 0.114).
 """
 from __future__ import annotations
 
