@@ -37,6 +37,9 @@ class RunRecord:
     peak_cuda_mb: float = 0.0
     peak_rss_mb: float = 0.0
     device: str = ""
+    # torch's CPU threads during the run: float sums are split by thread, so a chaotic method's CPU
+    # result can differ between 1 and 2 threads (Ray workers run 1). Recorded, not part of the key.
+    cpu_threads: int = 0
     dataset: str = ""                       # dataset identity (name and options)
     method_version: str = ""
     versions: dict[str, str] = field(default_factory=dict)

@@ -103,6 +103,7 @@ def run_case(case: Case, harness, device: torch.device, data_root: Path | None =
     method_cls = harness.methods[case.method]
     record = RunRecord(suite=case.suite, scenario=case.scenario.name, method=case.method, seed=case.seed,
                        setting=case.scenario.setting, hparams=dict(case.hparams), device=str(device),
+                       cpu_threads=torch.get_num_threads(),
                        method_version=method_cls.version, versions=dict(versions()),
                        key=case_key(case, method_cls), started_at=time.time())
     try:

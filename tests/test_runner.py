@@ -136,3 +136,18 @@ def test_record_key_changes_when_the_method_version_is_bumped(monkeypatch):
     monkeypatch.setattr(plugin_methods.Tiny, "version", "2")
     assert case.definition(plugin_methods.Tiny, {})["method_version"] == "2"
     assert case_key(case, plugin_methods.Tiny) != before
+
+
+def test_record_notes_the_cpu_threads_of_the_run_outside_its_key(harness):
+    """CPU sums split by thread, so the record says how many there were; the key stays the case's."""
+    from clharness.results import RunRecord
+    from clharness.runner import case_key
+    case = Case("t", spec(), "tiny", 0, {"lr": 0.1})
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = run_case(case, harness, torch.device("cpu"))
+    finally:
+        torch.set_num_threads(before)
+    assert one.cpu_threads == 1 and one.key == case_key(case, plugin_methods.Tiny)
+    assert RunRecord.from_json(one.to_json()).cpu_threads == 1
