@@ -20,6 +20,14 @@ index_select; each is bit-identical to before (same RNG draws, same elementwise 
 recipe, ER drew the fresh and the replayed views in two recipe calls per step (the plain loop one):
 it now augments the joint batch once (in-process A/B, 1 torch thread, CPU time, median of 20:
 digits ratio 1.144 -> 1.002-1.069 over three runs).
+
+Where the rest went (digits, one thread, median of 21 in-process pairs, two processes): setup before
+the first task 3.3 -> 7.1 ms (building the split scenario with its per-class indices, the method and
+the digest of its shared backbone), evaluation 15.9 -> 19.0 ms (predict's model.eval() on every batch,
+now skipped when nothing is in training mode; the finiteness check), training +5-7 ms (class-balanced
+placement row by row, about 2.7 ms; Batch objects and the step's checks) of 250-290 ms runs. With two
+threads on a shared 2-core CPU single runs of either side vary by up to 1.7x from one run to the next,
+so one process's median ratio does too: --processes and --threads 1 give figures that repeat.
 """
 from __future__ import annotations
 
