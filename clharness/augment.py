@@ -194,8 +194,8 @@ def _per_sample(f: torch.Tensor) -> torch.Tensor:
 
 
 def adjust_brightness(p: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-    """Blend with black: f p, clipped to [0, 1]."""
-    return (p * _per_sample(factor)).clamp_(0, 1)
+    """Blend with black: f p, clipped to [0, 1] (``brightness`` in the unit frame)."""
+    return brightness(p, Frame.unit(p.shape[1], p.device), factor)
 
 
 def adjust_contrast(p: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
