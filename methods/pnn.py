@@ -35,7 +35,7 @@ from torch import nn
 
 import clharness as clh
 from clharness.method import MethodError
-from clharness.training import NEG, OPTIMIZER_SPACE, TaskLabels, Trainer
+from clharness.training import NEG, OPTIMIZER_SPACE, TaskLabels, Trainer, eval_mode
 
 
 class LateralAdapter(nn.Module):
@@ -146,7 +146,7 @@ class PNN(clh.Method):
     def predict(self, x, task_id=None):
         """Column ``task_id``'s logits (the newest column for a task not learned yet). Without a task
         id: every column's logits over its own task's classes, NEG elsewhere."""
-        self.model.eval()
+        eval_mode(self.model)
         if not self.model.columns:
             return torch.zeros(len(x), self.context.num_classes, device=x.device)
         if task_id is not None:
@@ -161,5 +161,5 @@ class PNN(clh.Method):
         """The newest column's last hidden layer (features take no task id)."""
         if not self.model.columns:
             raise MethodError("pnn has no column before its first task")
-        self.model.eval()
+        eval_mode(self.model)
         return self.model(x, len(self.model.columns) - 1, hidden=True)[1]
