@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from clharness import augment
+from clharness.toolkit import augment
 from clharness.data import ArrayDataset, TensorData
 from clharness.method import Experience
 

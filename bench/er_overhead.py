@@ -9,7 +9,7 @@ hand-written PyTorch loop, side by side in one process, same data, budgets and e
 
 Both sides train task by task (SGD + momentum, batch of current data + an equal-size replay
 batch from a class-balanced memory filled after each task) and fill the full accuracy matrix
-after every task. The harness side is `clharness.runner.run_case` end to end (scenario built
+after every task. The harness side is `clharness.engine.runner.run_case` end to end (scenario built
 from uint8 tensors, batches normalised on the fly, protocol checks, metrics, memory report).
 
 Where the harness's extra time went on digits (profiled, issue 14): per-batch uint8->float
@@ -43,10 +43,10 @@ import torch.nn.functional as F
 
 import clharness as clh
 from clharness.data import load_split
-from clharness.runner import Case, pick_device, run_case, seed_everything
-from clharness.scenario import build_scenario
-from clharness import augment
-from clharness.suites import ScenarioSpec, with_overrides
+from clharness.engine.runner import Case, pick_device, run_case, seed_everything
+from clharness.engine.scenario import build_scenario
+from clharness.toolkit import augment
+from clharness.engine.suites import ScenarioSpec, with_overrides
 
 WORKLOADS = {
     # the quickstart: tiny steps, the worst case for per-step overhead

@@ -28,8 +28,8 @@ import time
 
 import torch
 
-from clharness.backbones import timm_backbone
-from clharness.feature_cache import FrozenFeatures
+from clharness.toolkit.backbones import timm_backbone
+from clharness.toolkit.feature_cache import FrozenFeatures
 
 
 def timed(fn, device):
@@ -52,7 +52,7 @@ def sweep(args) -> dict:
     from unittest import mock
 
     import clharness as clh
-    from clharness import feature_cache
+    from clharness.toolkit import feature_cache
     from clharness.data.base import TensorData
     from clharness.data.synthetic import Synthetic
     from clharness_methods import REFERENCE_METHODS

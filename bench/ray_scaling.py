@@ -24,9 +24,9 @@ import time
 import ray
 import torch
 
-from clharness import ray_backend
+from clharness.engine import ray_backend
 from clharness.plugins import Harness
-from clharness.runner import run_case
+from clharness.engine.runner import run_case
 
 
 class _Cases:

@@ -21,9 +21,9 @@ import time
 import numpy as np
 
 from clharness.metrics import all_metrics
-from clharness.report import build_html
+from clharness.reporting.report import build_html
 from clharness.results import RunRecord, run_key
-from clharness.scorecard import default_columns
+from clharness.reporting.scorecard import default_columns
 
 
 def matrix(T: int, skill: float, rng: random.Random) -> list[list[float]]:

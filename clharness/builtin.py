@@ -16,14 +16,14 @@ def clharness_add_datasets(registry):
 
 @hookimpl
 def clharness_add_backbones(registry):
-    from .backbones import BUILTIN_BACKBONES
+    from .toolkit.backbones import BUILTIN_BACKBONES
     for name, factory in BUILTIN_BACKBONES.items():
         registry.add(name, factory)
 
 
 @hookimpl
 def clharness_add_augmentations(registry):
-    from .augment import BUILTIN_RECIPES
+    from .toolkit.augment import BUILTIN_RECIPES
     for name, recipe in BUILTIN_RECIPES.items():
         registry.add(name, recipe)
 

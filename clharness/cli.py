@@ -209,9 +209,9 @@ def _print_registered(harness) -> int:
 
 def report_results(args: argparse.Namespace) -> int:
     from .registry import RegistryError
-    from .report import ReportError, check_columns, load_records, render_text, write_html
+    from .reporting.report import ReportError, check_columns, load_records, render_text, write_html
     from .results import StoreError
-    from .scorecard import default_columns
+    from .reporting.scorecard import default_columns
 
     columns = [c.strip() for arg in args.columns for c in arg.split(",") if c.strip()]
     try:
@@ -222,7 +222,7 @@ def report_results(args: argparse.Namespace) -> int:
         if args.format not in ("csv", "json"):   # csv/json stay one document
             from .kinds import report_sections
             from .plugins import Harness
-            from .report import FORMATS
+            from .reporting.report import FORMATS
             for title, text in report_sections(records, FORMATS[args.format], Harness):   # GTEP's, ...
                 print(f"\n{title}\n{text}")
         if args.html:
@@ -284,8 +284,8 @@ def init_package(args: argparse.Namespace) -> int:
 
 
 def compare_scorecards(args: argparse.Namespace) -> int:
-    from .compare import compare, load_summary, parse_drops
-    from .report import FORMATS, ReportError
+    from .reporting.compare import compare, load_summary, parse_drops
+    from .reporting.report import FORMATS, ReportError
     from .results import StoreError
     try:
         drops = parse_drops(args.max_drop)

@@ -32,7 +32,7 @@ def clharness_add_backbones(registry):
 
 @hookspec
 def clharness_add_augmentations(registry):
-    """Add training augmentation recipes: ``registry.add(recipe)`` (a ``clharness.augment.Recipe``
+    """Add training augmentation recipes: ``registry.add(recipe)`` (a ``clharness.toolkit.augment.Recipe``
     instance; its ``name`` is what the suite key ``augment`` names)."""
 
 

@@ -130,7 +130,7 @@ class Context:
     backbone_factory: Callable[[], nn.Module] | None = None
     task_classes: tuple[tuple[int, ...], ...] = ()  # filled for task-incremental only
     # The suite's fixed first-task training (GTEP Table 3), or None: keys epochs, lr, milestones,
-    # lr_decay, weight_decay. Methods train their first task with it (clharness.training does).
+    # lr_decay, weight_decay. Methods train their first task with it (clharness.toolkit.training does).
     first_task_train: Mapping[str, Any] | None = None
     # Digest of every tensor of the first backbone this context built, by its name in that backbone:
     # the encoder all methods of the run share, which the memory footprint leaves out (CLDyB B.4).

@@ -75,7 +75,7 @@ class Harness:
                     impl.function(registry=registry)
                 registries[attr] = registry
             self._registries = registries
-            from . import augment
+            from .toolkit import augment
             augment.install(registries["augmentations"])   # suite files are checked against these
             from . import kinds
             kinds.install(registries["kinds"])             # ... and their scenario kinds against these
@@ -104,7 +104,7 @@ class Harness:
 
     @property
     def augmentations(self) -> Registry:
-        """Training augmentation recipes (clharness.augment), named by the suite key ``augment``."""
+        """Training augmentation recipes (clharness.toolkit.augment), named by the suite key ``augment``."""
         return self._build()["augmentations"]
 
     def run_finished(self, record) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from .plugins import has_hookimpls
 from .results import RunRecord
-from .suites import Suite, SuiteError, is_suite_file, kind_module, load_suite
+from .engine.suites import Suite, SuiteError, is_suite_file, kind_module, load_suite
 
 # torch-backed modules (plugins.Harness, runner) load only once a suite is collected.
 
@@ -92,7 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
         except StoreError as exc:
             raise pytest.UsageError(str(exc)) from None
         clh.harness   # two plugins claiming one name: a usage error now, not an INTERNALERROR later
-        from .backbones import allow_downloads
+        from .toolkit.backbones import allow_downloads
         allow_downloads(config.getoption("clh_download"))   # off: no hub traffic, cached weights only
         if config.getoption("clh_device") not in ("auto", "cpu"):
             try:   # an unusable device fails up front, even when every run is stored and none trains
@@ -102,12 +102,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _start_ray_plugin(config: pytest.Config, clh: "ClhSession") -> None:
-    """--clh-ray: cases become Ray tasks (clharness.ray_backend, the only module that imports Ray)."""
+    """--clh-ray: cases become Ray tasks (clharness.engine.ray_backend, the only module that imports Ray)."""
     if hasattr(config, "workerinput") or config.getoption("numprocesses", None):
         raise pytest.UsageError("--clh-ray and pytest-xdist (-n) do not combine: Ray spreads the cases over "
                                 "its workers; drop -n")
     try:
-        from .ray_backend import RayPlugin
+        from .engine.ray_backend import RayPlugin
     except ImportError as exc:
         raise pytest.UsageError(f"--clh-ray needs Ray ({exc}); install it with: pip install 'clharness[ray]'") from None
     clh.remote = RayPlugin(clh)
@@ -147,7 +147,7 @@ class ClhSession:
         self._store = None
         self._baseline = None
         self.reused = 0
-        self.remote = None                # clharness.ray_backend.RayPlugin under --clh-ray
+        self.remote = None                # clharness.engine.ray_backend.RayPlugin under --clh-ray
         self.resources: dict[tuple[str, str], dict] = {}   # (suite, scenario) -> cpus/gpus_per_run
         self.selected: set[str] = set()   # keys of the cases this session runs (after -k, --lf)
         self.not_registered: dict[str, None] = {}   # one line per planned method skipped as not registered
@@ -189,7 +189,7 @@ class ClhSession:
         return self._baseline
 
     def max_drops(self) -> dict[str, float]:
-        from .compare import parse_drops
+        from .reporting.compare import parse_drops
         try:
             return parse_drops(self.config.getoption("clh_max_drop"))
         except ValueError as exc:
@@ -231,7 +231,7 @@ class ClhSession:
             self._store.close()
             self._store = None
         if self._harness is not None:   # clharness was active, so backbones set the hub's mode
-            from .backbones import reset_downloads
+            from .toolkit.backbones import reset_downloads
             reset_downloads()
 
     # --- plugins: every pytest plugin (conftest.py, -p module) with clharness hooks joins ---
@@ -248,7 +248,7 @@ class ClhSession:
             harness = Harness(plugins=tuple(self.config.getoption("clh_plugin")))
             for plugin, source in self._plugins:
                 harness.register(plugin, source=source)
-            from .loggers import LoggerError, make_logger
+            from .reporting.loggers import LoggerError, make_logger
             for spec in self.config.getoption("clh_log"):
                 try:
                     harness.register(make_logger(spec), source=f"--clh-log {spec}")
@@ -265,7 +265,7 @@ class ClhSession:
     @property
     def device(self):
         if self._device is None:
-            from .runner import pick_device
+            from .engine.runner import pick_device
             self._device = pick_device(self.config.getoption("clh_device"))
         return self._device
 
@@ -339,7 +339,7 @@ class ClhSession:
             terminalreporter.write_line(f"clharness: {line}", yellow=True)
         if not self.records:
             return
-        from .scorecard import default_columns, rank_agreement, render, render_agreement, summarize
+        from .reporting.scorecard import default_columns, rank_agreement, render, render_agreement, summarize
         terminalreporter.section("clharness scorecard (mean ± 95% CI over seeds)")
         columns = default_columns(self.records)
         summary = summarize(self.records, columns)
@@ -363,7 +363,7 @@ class ClhSession:
         # Interrupted or not, every finished record makes it into the file.
         path = self.config.getoption("clh_scorecard")
         if path and not hasattr(self.config, "workerinput"):
-            from .scorecard import write
+            from .reporting.scorecard import write
             write(path, self.records)
             for module in _kind_modules():
                 if hasattr(module, "write_scorecard"):
@@ -387,7 +387,7 @@ class SuiteFile(pytest.File):
     suite_file: Path | None = None   # set when the node is named after the suite, not its file
 
     def collect(self):
-        from .runner import Case, case_key, resolve_hparams
+        from .engine.runner import Case, case_key, resolve_hparams
         clh: ClhSession = self.config.stash[session_key]
         from .kinds import install, preset_seeds
         install(clh.harness.kinds)   # every plugin's kinds (clharness_add_kinds), before the suite's are checked
@@ -402,7 +402,7 @@ class SuiteFile(pytest.File):
                 yield from module.collect(self, suite, spec, _methods_for(clh, suite, spec.setting_enum), seeds)
                 continue
             if spec.select_hparams is not None:   # selection runs on the first tasks, then the full runs
-                from .hparam_selection import collect as select
+                from .engine.hparam_selection import collect as select
                 yield from select(self, suite, spec, _methods_for(clh, suite, spec.setting_enum), seeds)
                 continue
             for method in _methods_for(clh, suite, spec.setting_enum):
@@ -427,7 +427,7 @@ class SuiteFile(pytest.File):
 
     def _gates(self, clh: "ClhSession", suite: Suite, cases: list["CaseItem"]):
         """Gate items, after the cases: the suite's own gates, then --clh-compare regressions."""
-        from .gates import Gate
+        from .reporting.gates import Gate
         running = {c.case.method for c in cases}
         gates = []
         for gate in suite.gates:
@@ -536,7 +536,7 @@ class GateItem(pytest.Function):
 
 
 def _run_gate(request: pytest.FixtureRequest) -> None:
-    from .gates import judge
+    from .reporting.gates import judge
     item: GateItem = request.node
     clh: ClhSession = request.config.stash[session_key]
     records, missing = clh.wait_for(item.judged)
@@ -559,7 +559,7 @@ def run_stored_case(request: pytest.FixtureRequest, case, amend=None, divergence
     reused) and turn its status into the item's outcome. ``amend(record)`` edits a fresh record
     before it is stored. ``divergence_expected``: a diverged run is an outcome the protocol counts
     (GTEP's random search), reported as an expected failure rather than failing the session."""
-    from .runner import case_key, run_case
+    from .engine.runner import case_key, run_case
     item, config = request.node, request.config
     clh: ClhSession = config.stash[session_key]
     record = None

@@ -1,77 +1,9 @@
-"""Prompted forward passes through a timm ``VisionTransformer``, built on the model's own modules
-(``patch_embed``, ``_pos_embed``, ``blocks``, ``norm``) so any timm ViT works and its weights stay
-shared. Two ways to prompt (L2P and DualPrompt, Wang et al. 2022):
+"""Deprecated alias of ``clharness.toolkit.vit_prompts`` (moved in 0.2); removed in the next release."""
+import sys
+import warnings
 
-- prompt tuning: extra tokens inserted after the [CLS] token (``insert_prompts``);
-- prefix tuning: per-layer key/value prefixes concatenated to the keys and values of a block's
-  self-attention (``forward_blocks(..., prefixes={layer: (B, 2, L, D)})``), the sequence length
-  stays the same.
-"""
-from __future__ import annotations
+from .toolkit import vit_prompts as _module
 
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-from .method import MethodError
-
-_NEEDED = ("patch_embed", "_pos_embed", "blocks", "norm", "cls_token", "forward_head")
-
-
-def vit_of(backbone: nn.Module, method: str) -> nn.Module:
-    """The timm VisionTransformer inside a ``timm`` backbone (or cache wrapper), or a clear error."""
-    model = backbone
-    for _ in range(3):   # FrozenFeatures.backbone -> TimmBackbone.model -> VisionTransformer
-        inner = getattr(model, "backbone", None) or getattr(model, "model", None)
-        if all(hasattr(model, a) for a in _NEEDED) or inner is None:
-            break
-        model = inner
-    if not all(hasattr(model, a) for a in _NEEDED) or model.cls_token is None:
-        raise MethodError(f"method {method!r} prompts a Vision Transformer and needs backbone = \"timm\" with a ViT "
-                          f"with a [CLS] token (e.g. backbone_options = {{ model = \"vit_base_patch16_224\" }}); "
-                          f"got {type(model).__name__}")
-    return model
-
-
-def embed(vit: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """Tokens entering the first block: patch embedding, [CLS] + position embedding (timm's own)."""
-    return vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x))))
-
-
-def insert_prompts(tokens: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
-    """[CLS], prompts (B, L, D), then the patch tokens (L2P prepends prompts to the patch embeddings)."""
-    return torch.cat([tokens[:, :1], prompts, tokens[:, 1:]], dim=1)
-
-
-def prefix_attention(attn: nn.Module, x: torch.Tensor, prefix: torch.Tensor | None) -> torch.Tensor:
-    """timm ``Attention.forward`` with key/value prefixes: prefix (B, 2, L, D) holds p_K and p_V
-    (DualPrompt eq. 2: f_prefix(p, h) = MSA(h_Q, [p_K; h_K], [p_V; h_V]))."""
-    B, N, C = x.shape
-    heads = attn.num_heads
-    qkv = attn.qkv(x).reshape(B, N, 3, heads, -1).permute(2, 0, 3, 1, 4)
-    q, k, v = qkv.unbind(0)
-    q, k = attn.q_norm(q), attn.k_norm(k)
-    if prefix is not None:
-        pk, pv = (prefix[:, i].reshape(B, prefix.shape[2], heads, C // heads).transpose(1, 2) for i in (0, 1))
-        k, v = torch.cat([pk.to(k.dtype), k], 2), torch.cat([pv.to(v.dtype), v], 2)
-    out = F.scaled_dot_product_attention(q, k, v, dropout_p=attn.attn_drop.p if attn.training else 0.0)
-    out = out.transpose(1, 2).reshape(B, N, -1)
-    out = getattr(attn, "norm", nn.Identity())(out)
-    return attn.proj_drop(attn.proj(out))
-
-
-def block_forward(block: nn.Module, x: torch.Tensor, prefix: torch.Tensor | None = None) -> torch.Tensor:
-    """timm ``Block.forward`` (pre-norm, layer scale, drop path) with an optional attention prefix."""
-    if prefix is None:
-        return block(x)
-    x = x + block.drop_path1(block.ls1(prefix_attention(block.attn, block.norm1(x), prefix)))
-    return x + block.drop_path2(block.ls2(block.mlp(block.norm2(x))))
-
-
-def forward_blocks(vit: nn.Module, tokens: torch.Tensor,
-                   prefixes: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
-    """Every block (with its prefix where given), then the final norm."""
-    prefixes = prefixes or {}
-    for i, block in enumerate(vit.blocks):
-        tokens = block_forward(block, tokens, prefixes.get(i))
-    return vit.norm(tokens)
+warnings.warn("clharness.vit_prompts moved to clharness.toolkit.vit_prompts; the old path goes in the next release",
+              DeprecationWarning, stacklevel=2)
+sys.modules[__name__] = _module

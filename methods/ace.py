@@ -6,7 +6,7 @@ ordinary cross-entropy over every class. Memory: reservoir sampling, as in ER.""
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.training import NEG, OPTIMIZER_SPACE
+from clharness.toolkit.training import NEG, OPTIMIZER_SPACE
 from clharness_methods.er import ER
 
 

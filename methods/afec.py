@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 import clharness as clh
-from clharness.training import SupervisedMethod, Trainer, anchored_penalty, optimizer_space
+from clharness.toolkit.training import SupervisedMethod, Trainer, anchored_penalty, optimizer_space
 
 
 @torch.no_grad()

@@ -1,7 +1,7 @@
 """Averaged Gradient Episodic Memory (Chaudhry, Ranzato, Rohrbach & Elhoseiny 2019, "Efficient lifelong
 learning with A-GEM")."""
 import clharness as clh
-from clharness.gradient_projection import GradientEpisodicMethod, agem_project
+from clharness.toolkit.gradient_projection import GradientEpisodicMethod, agem_project
 
 
 class AGEM(GradientEpisodicMethod):

@@ -28,10 +28,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import clharness as clh
-from clharness.feature_cache import FrozenFeatures
-from clharness.training import NEG, TaskLabels, Trainer, optimizer_space
-from clharness.vit_adapters import AdaptedViT, CosineClassifier, SSFViT, adapter_set
-from clharness.vit_prompts import vit_of
+from clharness.toolkit.feature_cache import FrozenFeatures
+from clharness.toolkit.training import NEG, TaskLabels, Trainer, optimizer_space
+from clharness.toolkit.vit_adapters import AdaptedViT, CosineClassifier, SSFViT, adapter_set
+from clharness.toolkit.vit_prompts import vit_of
 
 PEFT = ["adapter", "finetune", "vpt_deep", "vpt_shallow", "ssf"]
 

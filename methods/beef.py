@@ -8,10 +8,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import clharness as clh
-from clharness.exemplars import ExemplarMemory, rehearsal_batches, tensor_batches
-from clharness.expansion import (BranchNet, clone_module, method_rng, phase_trainer, seen_logits,
+from clharness.toolkit.exemplars import ExemplarMemory, rehearsal_batches, tensor_batches
+from clharness.toolkit.expansion import (BranchNet, clone_module, method_rng, phase_trainer, seen_logits,
                                  simple_linear, update_memory)
-from clharness.training import SupervisedMethod, TaskLabels, optimizer_space
+from clharness.toolkit.training import SupervisedMethod, TaskLabels, optimizer_space
 
 
 class BiasLayer(nn.Module):

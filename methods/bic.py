@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import clharness as clh
-from clharness.exemplars import ExemplarLearner, incremental_space, kd_loss, tensor_batches
-from clharness.training import Trainer
+from clharness.toolkit.exemplars import ExemplarLearner, incremental_space, kd_loss, tensor_batches
+from clharness.toolkit.training import Trainer
 
 
 class BiasLayer(nn.Module):

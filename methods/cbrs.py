@@ -11,8 +11,8 @@ Deliberate reading: "largest" is tracked from the time step the memory fills on.
 phase every instance is stored anyway, and counting it would make the stream's first class full
 after one instance (a rare class that came first could then never grow)."""
 import clharness as clh
-from clharness.buffers import ClassBalancedBuffer
-from clharness.training import OPTIMIZER_SPACE
+from clharness.toolkit.buffers import ClassBalancedBuffer
+from clharness.toolkit.training import OPTIMIZER_SPACE
 from clharness_methods.er import ER
 
 

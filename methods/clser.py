@@ -37,8 +37,8 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.buffers import ReservoirBuffer
-from clharness.training import SupervisedMethod, Trainer, optimizer_space
+from clharness.toolkit.buffers import ReservoirBuffer
+from clharness.toolkit.training import SupervisedMethod, Trainer, optimizer_space
 from clharness_methods.derpp import raw_batches
 
 

@@ -2,7 +2,7 @@
 batches", Algorithm 1): copy weight with re-init, consolidated output weights per class."""
 import torch
 
-from clharness.training import SupervisedMethod, optimizer_space
+from clharness.toolkit.training import SupervisedMethod, optimizer_space
 
 
 class CWRStar(SupervisedMethod):

@@ -5,10 +5,10 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.exemplars import ExemplarMemory, rehearsal_batches
-from clharness.expansion import (BranchNet, align_weights, clone_module, method_rng, seen_logits,
+from clharness.toolkit.exemplars import ExemplarMemory, rehearsal_batches
+from clharness.toolkit.expansion import (BranchNet, align_weights, clone_module, method_rng, seen_logits,
                                  simple_linear, update_memory)
-from clharness.training import SupervisedMethod, TaskLabels, optimizer_space
+from clharness.toolkit.training import SupervisedMethod, TaskLabels, optimizer_space
 
 
 class DER(SupervisedMethod):

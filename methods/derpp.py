@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.buffers import ReservoirBuffer
-from clharness.training import SupervisedMethod, Trainer, optimizer_space
+from clharness.toolkit.buffers import ReservoirBuffer
+from clharness.toolkit.training import SupervisedMethod, Trainer, optimizer_space
 
 
 def raw_batches(experience, epochs):

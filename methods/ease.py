@@ -27,10 +27,10 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.feature_cache import FrozenFeatures
-from clharness.training import NEG, TaskLabels, Trainer, optimizer_space
-from clharness.vit_adapters import AdaptedViT, CosineClassifier, adapter_set
-from clharness.vit_prompts import vit_of
+from clharness.toolkit.feature_cache import FrozenFeatures
+from clharness.toolkit.training import NEG, TaskLabels, Trainer, optimizer_space
+from clharness.toolkit.vit_adapters import AdaptedViT, CosineClassifier, adapter_set
+from clharness.toolkit.vit_prompts import vit_of
 
 
 class EASE(clh.Method):

@@ -6,8 +6,8 @@ import functools
 import torch
 
 import clharness as clh
-from clharness.buffers import ClassBalancedBuffer, ReservoirBuffer
-from clharness.training import OPTIMIZER_SPACE, SupervisedMethod, Trainer
+from clharness.toolkit.buffers import ClassBalancedBuffer, ReservoirBuffer
+from clharness.toolkit.training import OPTIMIZER_SPACE, SupervisedMethod, Trainer
 
 
 class ER(SupervisedMethod):

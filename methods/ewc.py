@@ -4,7 +4,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 import clharness as clh
-from clharness.training import SupervisedMethod, anchored_penalty, optimizer_space
+from clharness.toolkit.training import SupervisedMethod, anchored_penalty, optimizer_space
 
 
 class EWC(SupervisedMethod):

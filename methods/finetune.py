@@ -1,6 +1,6 @@
 """Fine-tuning: plain training on each task in turn, nothing against forgetting (the lower bound)."""
 import clharness as clh
-from clharness.training import SupervisedMethod, Trainer
+from clharness.toolkit.training import SupervisedMethod, Trainer
 
 
 class Finetune(SupervisedMethod):

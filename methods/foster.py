@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.exemplars import ExemplarMemory, kd_loss, rehearsal_batches
-from clharness.expansion import (BranchNet, clone_module, method_rng, phase_trainer, seen_logits,
+from clharness.toolkit.exemplars import ExemplarMemory, kd_loss, rehearsal_batches
+from clharness.toolkit.expansion import (BranchNet, clone_module, method_rng, phase_trainer, seen_logits,
                                  simple_linear, update_memory)
-from clharness.training import SupervisedMethod, TaskLabels, optimizer_space
+from clharness.toolkit.training import SupervisedMethod, TaskLabels, optimizer_space
 
 
 def class_balanced_weights(counts: torch.Tensor, beta: float) -> torch.Tensor:
@@ -57,7 +57,7 @@ class FOSTER(SupervisedMethod):
       loss and set to a large negative logit in ``predict`` (PyCIL's head has the seen classes only);
     - compression lasts ``compression_epochs`` epochs; 0 (default) scales PyCIL's 130 compression to
       170 boosting epochs to the suite's epochs;
-    - the memory (herding, ``memory_size // seen`` per class, ``clharness.exemplars``) shares one
+    - the memory (herding, ``memory_size // seen`` per class, ``clharness.toolkit.exemplars``) shares one
       budget over the seen classes: PyCIL's FOSTER config fixes 20 per class instead;
     - exemplars are mixed into the task's batches (``rehearsal_batches``), not one union loader.
     """

@@ -14,9 +14,9 @@ observations.
 import torch
 
 import clharness as clh
-from clharness.buffers import _Buffer
+from clharness.toolkit.buffers import _Buffer
 from clharness.method import MethodError
-from clharness.training import NEG, OPTIMIZER_SPACE, SupervisedMethod
+from clharness.toolkit.training import NEG, OPTIMIZER_SPACE, SupervisedMethod
 
 
 class GreedyClassBalancedMemory(_Buffer):

@@ -1,6 +1,6 @@
 """Gradient Episodic Memory (Lopez-Paz & Ranzato 2017, "Gradient episodic memory for continual learning")."""
 import clharness as clh
-from clharness.gradient_projection import GradientEpisodicMethod, gem_project
+from clharness.toolkit.gradient_projection import GradientEpisodicMethod, gem_project
 
 
 class GEM(GradientEpisodicMethod):

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import clharness as clh
-from clharness.training import NEG, OPTIMIZER_SPACE, SupervisedMethod, Trainer, make_optimizer
+from clharness.toolkit.training import NEG, OPTIMIZER_SPACE, SupervisedMethod, Trainer, make_optimizer
 
 
 class VAE(nn.Module):

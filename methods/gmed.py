@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.buffers import ClassBalancedBuffer, ReservoirBuffer
-from clharness.training import OPTIMIZER_SPACE, Trainer
+from clharness.toolkit.buffers import ClassBalancedBuffer, ReservoirBuffer
+from clharness.toolkit.training import OPTIMIZER_SPACE, Trainer
 from clharness_methods.er import ER
 from clharness_methods.mir import forward_with, virtual_step
 

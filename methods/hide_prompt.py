@@ -32,10 +32,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import clharness as clh
-from clharness.feature_cache import FrozenFeatures
-from clharness.training import NEG, TaskLabels, Trainer, optimizer_space
-from clharness.vit_adapters import layer_range
-from clharness.vit_prompts import embed, forward_blocks, vit_of
+from clharness.toolkit.feature_cache import FrozenFeatures
+from clharness.toolkit.training import NEG, TaskLabels, Trainer, optimizer_space
+from clharness.toolkit.vit_adapters import layer_range
+from clharness.toolkit.vit_prompts import embed, forward_blocks, vit_of
 
 
 class ClassGaussians:

@@ -3,7 +3,7 @@
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.exemplars import ExemplarLearner, incremental_space, kd_loss
+from clharness.toolkit.exemplars import ExemplarLearner, incremental_space, kd_loss
 
 
 class ICaRL(ExemplarLearner):
@@ -21,7 +21,7 @@ class ICaRL(ExemplarLearner):
     - the head covers the global classes from the start; logits of classes not seen yet are left
       out of the loss and get a very low finite value in predictions (PyCIL grows its head);
     - exemplars join the task's batches in a fixed share per batch, each seen once per epoch
-      (``clharness.exemplars.rehearsal_batches``), instead of one shuffled union dataset;
+      (``clharness.toolkit.exemplars.rehearsal_batches``), instead of one shuffled union dataset;
     - the learning-rate schedule is the harness's (``scheduler``; PyCIL: MultiStepLR [80, 120] of
       170 epochs, and its init_* schedule on the first task when the suite gives
       ``first_task_train``)."""

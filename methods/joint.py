@@ -2,8 +2,8 @@
 trains on the union of all of them, starting from the current weights."""
 import torch
 
-from clharness.buffers import DataStore
-from clharness.training import SupervisedMethod, optimizer_space
+from clharness.toolkit.buffers import DataStore
+from clharness.toolkit.training import SupervisedMethod, optimizer_space
 
 
 class Joint(SupervisedMethod):

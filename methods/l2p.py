@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import clharness as clh
-from clharness.feature_cache import FrozenFeatures
-from clharness.training import NEG, TaskLabels, Trainer, optimizer_space
-from clharness.vit_prompts import embed, forward_blocks, insert_prompts, vit_of
+from clharness.toolkit.feature_cache import FrozenFeatures
+from clharness.toolkit.training import NEG, TaskLabels, Trainer, optimizer_space
+from clharness.toolkit.vit_prompts import embed, forward_blocks, insert_prompts, vit_of
 
 
 class PromptPool(nn.Module):

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.training import SupervisedMethod, optimizer_space
+from clharness.toolkit.training import SupervisedMethod, optimizer_space
 
 
 class LwF(SupervisedMethod):

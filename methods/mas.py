@@ -3,7 +3,7 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 import clharness as clh
-from clharness.training import SupervisedMethod, anchored_penalty, optimizer_space
+from clharness.toolkit.training import SupervisedMethod, anchored_penalty, optimizer_space
 
 
 class MAS(SupervisedMethod):

@@ -5,7 +5,7 @@ PyCIL ``models/memo.py``, ``utils/inc_net.py`` (``AdaptiveNet``), ``convs/memo_c
 import torch
 
 import clharness as clh
-from clharness.expansion import BranchNet, clone_module, simple_linear, split_backbone
+from clharness.toolkit.expansion import BranchNet, clone_module, simple_linear, split_backbone
 
 from .der import DER
 
@@ -21,7 +21,7 @@ class MEMO(DER):
 
     Where to cut: PyCIL hard-codes the cut per network (ResNet-32: conv1 + stages 1-2 shared,
     stage 3 + pooling specialised; ResNet-18: layer4 specialised). Here it is derived from any
-    sequential backbone (``clharness.expansion.split_backbone``): its children in order, every
+    sequential backbone (``clharness.toolkit.expansion.split_backbone``): its children in order, every
     ``nn.Sequential`` opened, and the specialised block is the shortest suffix holding at least
     ``specialised_share`` of the parameters. The default 0.7 reproduces PyCIL's cut on resnet32
     (stage 3 holds 76% of its weights) and resnet18-reduced (the last stage); on the MLP the last

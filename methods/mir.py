@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.training import OPTIMIZER_SPACE, Trainer
+from clharness.toolkit.training import OPTIMIZER_SPACE, Trainer
 from clharness_methods.er import ER
 
 

@@ -3,7 +3,7 @@ independent network per task, each trained only on its own task and asked only a
 import torch
 
 import clharness as clh
-from clharness.training import NEG, SupervisedMethod, optimizer_space
+from clharness.toolkit.training import NEG, SupervisedMethod, optimizer_space
 
 
 class MSTE(SupervisedMethod):

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.training import NEG, OPTIMIZER_SPACE, SupervisedMethod
+from clharness.toolkit.training import NEG, OPTIMIZER_SPACE, SupervisedMethod
 
 
 class NCM(SupervisedMethod):

@@ -21,9 +21,9 @@ embeddings and queries do not change)."""
 import torch
 
 import clharness as clh
-from clharness.gradient_projection import FeatureSubspace
-from clharness.training import Trainer
-from clharness.vit_prompts import vit_of
+from clharness.toolkit.gradient_projection import FeatureSubspace
+from clharness.toolkit.training import Trainer
+from clharness.toolkit.vit_prompts import vit_of
 from clharness_methods.l2p import L2P
 
 

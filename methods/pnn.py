@@ -35,7 +35,7 @@ from torch import nn
 
 import clharness as clh
 from clharness.method import MethodError
-from clharness.training import NEG, OPTIMIZER_SPACE, TaskLabels, Trainer, eval_mode
+from clharness.toolkit.training import NEG, OPTIMIZER_SPACE, TaskLabels, Trainer, eval_mode
 
 
 class LateralAdapter(nn.Module):

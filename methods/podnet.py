@@ -23,10 +23,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import clharness as clh
-from clharness.exemplars import ExemplarLearner, incremental_space, tensor_batches
+from clharness.toolkit.exemplars import ExemplarLearner, incremental_space, tensor_batches
 from clharness.hparams import Choice
 from clharness.method import MethodError
-from clharness.training import NEG, Trainer
+from clharness.toolkit.training import NEG, Trainer
 
 CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 

@@ -2,7 +2,7 @@
 import torch
 
 import clharness as clh
-from clharness.training import SupervisedMethod, Trainer, anchored_penalty, optimizer_space
+from clharness.toolkit.training import SupervisedMethod, Trainer, anchored_penalty, optimizer_space
 
 
 class SI(SupervisedMethod):

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.feature_cache import FrozenFeatures
-from clharness.training import NEG, TaskLabels
+from clharness.toolkit.feature_cache import FrozenFeatures
+from clharness.toolkit.training import NEG, TaskLabels
 
 
 class SimpleCIL(clh.Method):

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.training import NEG, SupervisedMethod, Trainer
+from clharness.toolkit.training import NEG, SupervisedMethod, Trainer
 
 
 class SLCA(SupervisedMethod):

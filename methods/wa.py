@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.exemplars import ExemplarLearner, incremental_space, kd_loss
+from clharness.toolkit.exemplars import ExemplarLearner, incremental_space, kd_loss
 
 
 def align_weights(weight: torch.Tensor, old: list[int], new: list[int]) -> float:

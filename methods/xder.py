@@ -24,7 +24,7 @@ tasks < t, the "current head" task t's classes and "future heads" the classes no
        + lambd sum_h SupCon(h) / (H n)  (future-heads consistency while future heads exist, as the
          reference computes it (the paper text is not available offline): the first
          ``simclr_batch_size`` raw stream samples and as many raw memory samples, n in all, each in
-         ``simclr_num_aug`` strong views (``clharness.augment.StrongAugmentation``, the reference's
+         ``simclr_num_aug`` strong views (``clharness.toolkit.augment.StrongAugmentation``, the reference's
          strong_aug) forwarded with BatchNorm statistics frozen; for each of the H future heads its
          logits, L2-normalised per view, go through the supervised contrastive loss of Khosla et
          al. 2020, eq. 2 (``supcon_loss``, labels the samples' classes, temperature = base
@@ -61,9 +61,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness import augment
-from clharness.buffers import ReservoirBuffer
-from clharness.training import NEG, Trainer, optimizer_space
+from clharness.toolkit import augment
+from clharness.toolkit.buffers import ReservoirBuffer
+from clharness.toolkit.training import NEG, Trainer, optimizer_space
 from clharness_methods.derpp import DERpp, raw_batches
 
 

@@ -47,19 +47,19 @@ class Mutation:
 R = "tests/test_runner.py::"
 MUTATIONS: tuple[Mutation, ...] = (
     # runner: the protocol and the record key
-    Mutation("eval-on-train-split", "clharness/runner.py",
+    Mutation("eval-on-train-split", "clharness/engine/runner.py",
              "row[j] = accuracy(method, task.test,", "row[j] = accuracy(method, task.train,",
              (R + "test_accuracy_matrix_scores_each_task_on_its_test_split_not_its_train_split",)),
-    Mutation("version-not-in-key", "clharness/runner.py",
+    Mutation("version-not-in-key", "clharness/engine/runner.py",
              '"method_version": method_cls.version, ', "",
              (R + "test_record_key_changes_when_the_method_version_is_bumped",)),
-    Mutation("hparams-not-in-key", "clharness/runner.py",
+    Mutation("hparams-not-in-key", "clharness/engine/runner.py",
              '"hparams": self.hparams, ', "",
              (R + "test_record_key_changes_when_the_method_version_is_bumped",)),
-    Mutation("task-il-not-masked", "clharness/runner.py",
+    Mutation("task-il-not-masked", "clharness/engine/runner.py",
              "task.classes if task_il else None, scenario.num_classes", "None, scenario.num_classes",
              (R + "test_accuracy_matrix_is_full_and_task_il_masks_to_the_task",)),
-    Mutation("no-seeding", "clharness/runner.py",
+    Mutation("no-seeding", "clharness/engine/runner.py",
              "        seed_everything(case.seed)\n", "",
              (R + "test_same_seed_same_result_other_seed_other_class_order",)),
     # metrics
@@ -77,10 +77,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "[np.tril(np.ones((T, T), dtype=bool), k=-1)].mean())", "[np.tril(np.ones((T, T), dtype=bool), k=0)].mean())",
              ("tests/test_metrics.py",)),
     # buffers
-    Mutation("reservoir-off-by-one", "clharness/buffers.py",
+    Mutation("reservoir-off-by-one", "clharness/toolkit/buffers.py",
              "slot = self.rng.randrange(self.seen + 1)", "slot = self.rng.randrange(self.seen)",
              ("tests/test_buffers.py::test_reservoir_first_replacement_and_fill_phase_survival_are_exact",)),
-    Mutation("class-balanced-never-evicts-largest", "clharness/buffers.py",
+    Mutation("class-balanced-never-evicts-largest", "clharness/toolkit/buffers.py",
              "if len(own) < largest:", "if len(own) < largest - 1:",
              ("tests/test_buffers.py::test_class_balanced_stores_every_element_of_a_class_below_the_largest",
               "tests/test_buffers.py::test_class_balanced_counts_stay_within_one")),
@@ -114,7 +114,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("tests/test_cldyb_sampling.py::test_greedy_maximises_the_product_of_potentials_at_each_step",
               "tests/test_cldyb_sampling.py::test_greedy_sampling_picks_whole_groups_of_similar_classes")),
     # training
-    Mutation("sgd-drops-weight-decay", "clharness/training.py",
+    Mutation("sgd-drops-weight-decay", "clharness/toolkit/training.py",
              "torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)",
              "torch.optim.SGD(params, lr=lr, momentum=momentum)",
              ("tests/test_training.py",)),

@@ -1,6 +1,6 @@
 """Methods for the GTEP tests, registered as an outside plugin's would be (``-p gtep_methods``)."""
 import clharness as clh
-from clharness.training import OPTIMIZER_SPACE, SupervisedMethod
+from clharness.toolkit.training import OPTIMIZER_SPACE, SupervisedMethod
 
 
 class Scaled(SupervisedMethod):

@@ -1,4 +1,4 @@
-"""Augmentation recipes (clharness.augment): each op pinned on known images, every recipe's shape,
+"""Augmentation recipes (clharness.toolkit.augment): each op pinned on known images, every recipe's shape,
 dtype, range and seeded determinism; the suite key; training views only for training data."""
 import math
 
@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import clharness as clh
-from clharness import augment as A
+from clharness.toolkit import augment as A
 from clharness.data import ArrayDataset, TensorData
 from clharness.method import Experience
-from clharness.suites import SuiteError, load_suite
+from clharness.engine.suites import SuiteError, load_suite
 
 import plugin_methods
 
@@ -236,9 +236,9 @@ class Recorder(plugin_methods.Tiny):
 
 
 def test_only_training_batches_are_augmented_never_test_data():
-    from clharness.runner import Case, run_case
-    from clharness.scenario import build_scenario
-    from clharness.suites import ScenarioSpec
+    from clharness.engine.runner import Case, run_case
+    from clharness.engine.scenario import build_scenario
+    from clharness.engine.suites import ScenarioSpec
 
     harness = clh.Harness()
 

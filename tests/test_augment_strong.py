@@ -5,7 +5,7 @@ import colorsys
 import pytest
 import torch
 
-from clharness import augment as A
+from clharness.toolkit import augment as A
 
 MEAN, STD = [0.5, 0.45, 0.4], [0.25, 0.25, 0.3]
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import clharness as clh
-from clharness.backbones import BUILTIN_BACKBONES, MLP, TimmBackbone
+from clharness.toolkit.backbones import BUILTIN_BACKBONES, MLP, TimmBackbone
 
 
 def n_params(module):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from clharness.exemplars import ExemplarMemory, herding
+from clharness.toolkit.exemplars import ExemplarMemory, herding
 from test_methods_reference import METHODS, accuracy, context, digits, split  # noqa: F401  (fixture)
 
 SEEDS = (0, 1, 2)
@@ -173,7 +173,7 @@ def test_pod_spatial_is_zero_for_identical_maps_and_matches_a_hand_computation()
 
 
 def test_podnet_takes_stage_outputs_from_generic_backbones():
-    from clharness.backbones import MLP, resnet32
+    from clharness.toolkit.backbones import MLP, resnet32
     from clharness_methods.podnet import capture_outputs, stage_modules
     net = resnet32((3, 32, 32))
     names = stage_modules(net, (3, 32, 32), "cpu")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from clharness.backbones import MLP
+from clharness.toolkit.backbones import MLP
 from test_methods_reference import METHODS, accuracy, context, digits, split  # noqa: F401 (fixture)
 
 SEEDS = (0, 1, 2)
@@ -150,8 +150,8 @@ def test_foster_clone_and_memory_report(digits):
 # --- MEMO -------------------------------------------------------------------------------------------
 
 def test_memo_cut_matches_pycil_on_resnet32_and_recomposes_the_backbone():
-    from clharness.backbones import resnet32
-    from clharness.expansion import split_backbone
+    from clharness.toolkit.backbones import resnet32
+    from clharness.toolkit.expansion import split_backbone
     net = resnet32((3, 32, 32)).eval()
     shallow, deep = split_backbone(net, 0.7, (3, 32, 32))
     # PyCIL memo_resnet32: conv1 + stages 1-2 generalised, stage 3 (5 blocks, 32->64) + pooling specialised
@@ -162,7 +162,7 @@ def test_memo_cut_matches_pycil_on_resnet32_and_recomposes_the_backbone():
 
 
 def test_memo_rejects_a_backbone_that_is_not_sequential():
-    from clharness.expansion import split_backbone
+    from clharness.toolkit.expansion import split_backbone
 
     class Skip(torch.nn.Module):        # forward is not its children in order
         def __init__(self):
@@ -177,7 +177,7 @@ def test_memo_rejects_a_backbone_that_is_not_sequential():
 
 
 def test_memo_adds_one_specialised_block_per_task_over_frozen_shared_blocks(digits):
-    from clharness.expansion import split_backbone
+    from clharness.toolkit.expansion import split_backbone
     shallow, deep = split_backbone(MLP((1, 8, 8)), 0.7, (1, 8, 8))
     block = params(deep)
     counts = []

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.backbones import MLP
+from clharness.toolkit.backbones import MLP
 from test_methods_reference import METHODS, accuracy, context, digits, run, split   # noqa: F401 (fixture)
 
 SEEDS = (0, 1, 2)
@@ -231,7 +231,7 @@ def test_xder_needs_task_boundaries():
 # --- AFEC ------------------------------------------------------------------------------------------------
 
 def test_afec_penalty_is_ewc_plus_the_forgetting_term(digits):
-    from clharness.training import anchored_penalty
+    from clharness.toolkit.training import anchored_penalty
     tasks, exps, _ = split(digits, 0)
     torch.manual_seed(0)
     afec = METHODS["afec"](context(0, epochs=1), ewc_lambda=100.0, forget_lambda=0.0)

@@ -4,7 +4,7 @@ import copy
 import pytest
 import torch
 
-from clharness.buffers import ClassBalancedBuffer, DataStore, ReservoirBuffer
+from clharness.toolkit.buffers import ClassBalancedBuffer, DataStore, ReservoirBuffer
 from clharness.data.base import ArrayDataset, TensorData
 
 

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import clharness as clh
 from clharness import metrics
-from clharness.backbones import MLP
+from clharness.toolkit.backbones import MLP
 from clharness.benchmarks.cldyb import kind, sequence
 from clharness.benchmarks.cldyb.pool import DataPool, PoolError
 from clharness.benchmarks.cldyb.search import Search, SearchConfig, SearchError, select
@@ -219,8 +219,8 @@ def test_pool_running_out_of_classes_is_a_clear_error():
 
 def test_sequence_file_round_trips_and_replays_for_a_held_out_method(tmp_path):
     from clharness.plugins import Harness
-    from clharness.runner import Case, run_case
-    from clharness.suites import ScenarioSpec
+    from clharness.engine.runner import Case, run_case
+    from clharness.engine.suites import ScenarioSpec
     harness = Harness()
     spec = ScenarioSpec(name="t", kind="cldyb", validation=0.25, image_size=[8, 8], channels=1,
                         backbone_options={"hidden": 16, "layers": 1},

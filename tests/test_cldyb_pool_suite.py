@@ -7,18 +7,18 @@ from pathlib import Path
 import pytest
 
 import clharness.benchmarks.cldyb.kind as kind  # loaded once: pytester's in-process runs share torch
-import clharness.runner  # noqa: F401
-import clharness.scorecard  # noqa: F401
+import clharness.engine.runner  # noqa: F401
+import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 import huggingface_hub.constants
 import sklearn.cluster  # noqa: F401
 import timm  # noqa: F401
-from clharness import backbones
-from clharness.backbones import WeightsMissing
+from clharness.toolkit import backbones
+from clharness.toolkit.backbones import WeightsMissing
 from clharness.benchmarks.cldyb.pool import KEPT_OUT, POOL_DATASETS, POOL_DIR, PoolFolder
 from clharness.data import DatasetMissing, load_split
 from clharness.plugins import Harness
-from clharness.suites import load_suite
+from clharness.engine.suites import load_suite
 
 from fakedata import write_imagefolder
 

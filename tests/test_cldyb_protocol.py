@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.backbones import MLP
+from clharness.toolkit.backbones import MLP
 from clharness.benchmarks.cldyb import sampling, search
 from clharness.benchmarks.cldyb.pool import DataPool
 from clharness.benchmarks.cldyb.search import Search, SearchConfig

@@ -2,8 +2,8 @@
 import json
 
 import clharness.benchmarks.cldyb.kind  # noqa: F401  (loaded once: pytester's in-process runs share torch)
-import clharness.runner  # noqa: F401
-import clharness.scorecard  # noqa: F401
+import clharness.engine.runner  # noqa: F401
+import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 import sklearn.cluster  # noqa: F401
 import timm  # noqa: F401

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import clharness.benchmarks.cldyb.kind  # noqa: F401  (loaded once: pytester's in-process runs share torch)
-import clharness.runner  # noqa: F401
-import clharness.scorecard  # noqa: F401
+import clharness.engine.runner  # noqa: F401
+import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 import sklearn.cluster  # noqa: F401
 import sklearn.datasets  # noqa: F401
@@ -109,7 +109,7 @@ sequence = "{pytester.path / '.clharness/sequences/dyb-s-cc-seed0.json'}"
     ("validation = 0.0", "validation = 0.0; the CLDyB search scores tasks on held-out validation data"),
 ])
 def test_bad_options_are_reported_with_the_value_and_the_choices(tmp_path, line, message):
-    from clharness.suites import SuiteError, load_suite
+    from clharness.engine.suites import SuiteError, load_suite
     body = SUITE.replace('use_cases = ["cc", "ic", "random", "heldout"]', line) if "use_cases" in line else SUITE + line
     (tmp_path / "bad.toml").write_text(body + "\n")
     with pytest.raises(SuiteError, match="bad.toml: \\[\\[scenario\\]\\] #1 \\(s\\): ") as info:

@@ -8,7 +8,7 @@ from scipy import stats
 
 from clharness.cli import main
 from clharness.results import ResultsStore
-from clharness.scorecard import rank_agreement, summarize, write
+from clharness.reporting.scorecard import rank_agreement, summarize, write
 
 from test_report import BASE, ER_FINAL_MEAN, record
 
@@ -143,7 +143,7 @@ def test_rank_agreement_pairs_gtep_scenarios_by_their_evaluation_phase_not_tunin
 
 
 def test_kind_specific_metrics_join_the_default_columns():
-    from clharness.scorecard import COLUMNS, default_columns, render
+    from clharness.reporting.scorecard import COLUMNS, default_columns, render
     records = [record("split", "er", s) for s in range(2)]
     assert default_columns(records) == list(COLUMNS)
     for i, r in enumerate(records):   # an STF record: final_acc and information retention

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-import clharness.runner  # noqa: F401  (keep torch loaded across pytester's in-process runs)
+import clharness.engine.runner  # noqa: F401  (keep torch loaded across pytester's in-process runs)
 import clharness_methods  # noqa: F401
 from clharness.data import BUILTIN_SOURCES
-from clharness.scenario import ScenarioError, build_scenario
+from clharness.engine.scenario import ScenarioError, build_scenario
 from clharness.benchmarks.m2i.kind import MAGI_CHARACTERS, TINYIMAGENET_CLASSES
-from clharness.suites import SuiteError, load_suite, with_overrides
+from clharness.engine.suites import SuiteError, load_suite, with_overrides
 
 from curriculum_fakedata import write_six
 
@@ -157,7 +157,7 @@ def test_missing_dataset_is_a_case_error_naming_it(pytester, tmp_path):
 def test_scenario_spec_round_trips_through_the_case_hash():
     from clharness.plugins import Harness
     from clharness.results import run_key
-    from clharness.runner import Case, case_key, versions
+    from clharness.engine.runner import Case, case_key, versions
     spec = _spec()
     assert dataclasses.asdict(spec)["options"]["curriculum"] == "m2i"
     method = Harness().methods["finetune"]

@@ -4,7 +4,7 @@ import math
 import pytest
 from scipy import stats
 
-import clharness.runner  # noqa: F401
+import clharness.engine.runner  # noqa: F401
 import clharness_methods  # noqa: F401
 from clharness.benchmarks.m2i.effect import curriculum_effect, direction, main
 from clharness.results import RunRecord
@@ -52,7 +52,7 @@ def test_m2i_mini_runs_offline_and_reports_the_effect(pytester, tmp_path, capsys
         assert f"| {method}" in table
     assert "M2I - I2M" in table and table.count("|       2 |") == 3
     # the per-task heatmaps of the paper's figures 2-13: the HTML report draws one per scenario
-    from clharness.report import build_html, load_records
+    from clharness.reporting.report import build_html, load_records
     html = build_html(load_records(store))
     for scenario in ("ci-m2i", "ci-i2m"):
         assert f'alt="m2i-mini::{scenario}: accuracy matrices"' in html

@@ -9,9 +9,6 @@ import clharness
 from clharness.plugins import Harness
 
 PKG = Path(clharness.__file__).parent
-CORE = ["method", "runner", "metrics", "results", "scorecard", "report", "gates", "compare", "hparams",
-        "buffers", "training", "backbones", "plugins", "registry", "hookspecs", "pytest_plugin", "cli",
-        "suites", "kinds", "scenario"]
 # the families, and the old paths of their modules (deprecated re-exports, or gone)
 OLD = ("streams", "gtep", "curriculum_effect", "stream_plots", "cldyb", "scenarios")
 FAMILY = ("clharness.benchmarks", *(f"clharness.{name}" for name in OLD))
@@ -72,8 +69,8 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_core_imports_no_benchmark_family():
-    core = [f"clharness.{m}" for m in CORE] + [m for m in MODULES if m.startswith("clharness.data")]
-    assert all(m in MODULES for m in core), [m for m in core if m not in MODULES]
+    core = [m for m in MODULES if not m.startswith("clharness.benchmarks")]
+    assert len(core) > 30
     bad = {m: sorted({t for t, _ in imports(m) if t.startswith(FAMILY)}) for m in core}
     assert not {m: t for m, t in bad.items() if t}
 

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-import clharness.runner  # noqa: F401  (keep torch loaded across pytester's in-process runs)
-import clharness.scorecard  # noqa: F401
+import clharness.engine.runner  # noqa: F401  (keep torch loaded across pytester's in-process runs)
+import clharness.reporting.scorecard  # noqa: F401
 import sklearn.datasets  # noqa: F401
 import sklearn.model_selection  # noqa: F401
-from clharness.gates import GateError, judge, parse_gate, welch_p
+from clharness.reporting.gates import GateError, judge, parse_gate, welch_p
 from clharness.results import RunRecord
 
 HERE = Path(__file__).parent

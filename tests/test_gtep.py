@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-import clharness.runner  # noqa: F401  (loaded once: pytester runs share one torch)
-import clharness.scorecard  # noqa: F401
+import clharness.engine.runner  # noqa: F401  (loaded once: pytester runs share one torch)
+import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 from clharness.benchmarks.gtep import protocol as gtep
 from clharness.data import BUILTIN_SOURCES
 from clharness.results import ResultsStore, RunRecord
 from clharness.benchmarks.gtep import kind
-from clharness.suites import ScenarioSpec, SuiteError, load_suite
+from clharness.engine.suites import ScenarioSpec, SuiteError, load_suite
 
 SYN = '{ num_classes = 12, image_size = 4, train_per_class = 20, test_per_class = 6, similarity = 0.2, noise = 0.2 }'
 SUITE = f"""

@@ -9,7 +9,7 @@ import torch
 from clharness.hparams import (TABLE4, TABLE5, Choice, HParamError, Int, check_space, choice_from_values,
                                general_space, milestones, sample)
 from clharness.method import Context, Setting
-from clharness.training import Trainer
+from clharness.toolkit.training import Trainer
 
 
 @pytest.mark.parametrize("epochs, n, expected", [

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-import clharness.runner  # noqa: F401  (loaded once: pytester runs share one torch)
-import clharness.scorecard  # noqa: F401
+import clharness.engine.runner  # noqa: F401  (loaded once: pytester runs share one torch)
+import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 from clharness.benchmarks.gtep import kind  # noqa: F401  (loads torchvision once: it registers torch ops)
 from clharness.benchmarks.gtep import paper_configs as pc

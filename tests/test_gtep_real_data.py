@@ -1,8 +1,8 @@
 """The real-data GTEP suites (gtep-cifar50, gtep-imagenet100, gtep-vit) under --clh-quick on tiny
 files written in the real on-disk formats: CIFAR-100 pickles, ImageNet ImageFolder trees, CUB-200,
 ImageNet-R and ImageNet-A folders. One pytest session runs one scenario of each suite."""
-import clharness.runner  # noqa: F401  (loaded once: pytester runs share one torch)
-import clharness.scorecard  # noqa: F401
+import clharness.engine.runner  # noqa: F401  (loaded once: pytester runs share one torch)
+import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 import sklearn.datasets  # noqa: F401
 from clharness.benchmarks.gtep import protocol as gtep

@@ -2,8 +2,8 @@
 files in the real on-disk formats: whole CUB-200 / ImageNet-R as D^HT with ImageNet-R / ImageNet-A
 as D^E (gtep-vit-200, 200 classes), the cross 100-class pairs of gtep-vit, and ImageNet-50-1 as D^HT
 (gtep-imagenet50). Scenarios with one D^HT and task configuration share their tuning run."""
-import clharness.runner  # noqa: F401  (loaded once: pytester runs share one torch)
-import clharness.scorecard  # noqa: F401
+import clharness.engine.runner  # noqa: F401  (loaded once: pytester runs share one torch)
+import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 import sklearn.datasets  # noqa: F401
 from clharness.benchmarks.gtep import kind  # noqa: F401  (loads torchvision once: it registers torch ops)

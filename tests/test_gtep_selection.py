@@ -8,7 +8,7 @@ import pytest
 from clharness.benchmarks.gtep import protocol as gtep
 from clharness.results import RunRecord
 from clharness.benchmarks.gtep import kind
-from clharness.suites import ScenarioSpec
+from clharness.engine.suites import ScenarioSpec
 
 
 def rec(scenario, seed, acc, avg, lr, status="passed"):

@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
-import clharness.runner  # noqa: F401  (loaded once: pytester runs share one torch)
-import clharness.scorecard  # noqa: F401
+import clharness.engine.runner  # noqa: F401  (loaded once: pytester runs share one torch)
+import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 from clharness.benchmarks.gtep import kind  # noqa: F401  (loads torchvision once: it registers torch ops)
 from clharness.benchmarks.gtep import protocol as gtep
 from clharness.results import ResultsStore
-from clharness.suites import load_suite
+from clharness.engine.suites import load_suite
 
 SYN = '{ num_classes = 12, image_size = 4, train_per_class = 20, test_per_class = 6, similarity = 0.2, noise = 0.2 }'
 HEAD = """

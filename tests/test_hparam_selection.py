@@ -1,4 +1,4 @@
-"""select_hparams (clharness/hparam_selection.py): hyperparameters selected on the validation splits of
+"""select_hparams (clharness/engine/hparam_selection.py): hyperparameters selected on the validation splits of
 the first tasks (CLDyB appendix B.3, following Chaudhry et al. 2018, A-GEM sec. 2 and 5), then fixed
 for the full sequence.
 
@@ -15,10 +15,10 @@ from types import SimpleNamespace
 import pytest
 import torchvision  # noqa: F401  (loaded once: in-process pytester sessions would register its torch ops twice)
 
-import clharness.runner as runner
-import clharness.scorecard  # noqa: F401
+import clharness.engine.runner as runner
+import clharness.reporting.scorecard  # noqa: F401
 from clharness.benchmarks.splits import kind  # noqa: F401
-from clharness.hparam_selection import candidates, check_option, choose, search_space
+from clharness.engine.hparam_selection import candidates, check_option, choose, search_space
 from clharness.hparams import Choice, Float, HParamError
 from clharness.results import ResultsStore
 
@@ -226,7 +226,7 @@ def test_bad_select_hparams_values_are_clear_errors(value, kind, validation, mes
 
 
 def test_the_shipped_example_suite_selects_on_three_tasks():
-    from clharness.suites import load_suite
+    from clharness.engine.suites import load_suite
     suite = load_suite(Path(__file__).parents[1] / "suites" / "select-hparams-digits.toml", quick=True)
     assert [s.kind for s in suite.scenarios] == ["split", "cldyb"]
     assert all(s.select_hparams["tasks"] == 3 for s in suite.scenarios)
@@ -235,7 +235,7 @@ def test_the_shipped_example_suite_selects_on_three_tasks():
 def test_selection_runs_are_not_scenarios_in_the_ranking_agreement():
     import pandas as pd
 
-    from clharness.scorecard import rank_agreement
+    from clharness.reporting.scorecard import rank_agreement
     rows = [{"suite": "s", "scenario": sc, "method": m, "final_acc": acc}
             for sc, accs in {"a": (0.1, 0.2, 0.3), "b": (0.3, 0.2, 0.1), "a:select-c0": (0.1, 0.2, 0.3)}.items()
             for m, acc in zip("xyz", accs)]
@@ -246,7 +246,7 @@ def test_selection_runs_are_not_scenarios_in_the_ranking_agreement():
 def test_cldyb_replays_select_on_their_searched_sequence_after_the_search(pytester):
     """CLDyB (appendix B.3): per searched sequence, selection runs wait for its search, then the replay."""
     from clharness.benchmarks.cldyb.kind import SearchItem
-    from clharness.hparam_selection import SelectedItem, SelectionItem
+    from clharness.engine.hparam_selection import SelectedItem, SelectionItem
     suite = Path(__file__).parents[1] / "suites" / "select-hparams-digits.toml"
     reprec = pytester.inline_run("-p", "no:cacheprovider", "--collect-only", "--clh-suite", str(suite), "--clh-quick",
                                  "--clh-method", "finetune", "-k", "cldyb and seed0")

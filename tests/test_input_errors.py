@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import clharness as clh
-from clharness.runner import OOM_HINT, Case, run_case
-from clharness.suites import ScenarioSpec, SuiteError, load_suite
+from clharness.engine.runner import OOM_HINT, Case, run_case
+from clharness.engine.suites import ScenarioSpec, SuiteError, load_suite
 
 SUITE = """
 [suite]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from clharness.loggers import LoggerError, final_metrics, make_logger, task_rows
+from clharness.reporting.loggers import LoggerError, final_metrics, make_logger, task_rows
 from clharness.results import RunRecord
 
 NAN = math.nan

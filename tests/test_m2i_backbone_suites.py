@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import clharness.runner  # noqa: F401  (keep torch loaded across pytester's in-process runs)
+import clharness.engine.runner  # noqa: F401  (keep torch loaded across pytester's in-process runs)
 import clharness_methods  # noqa: F401
-from clharness.suites import load_suite
+from clharness.engine.suites import load_suite
 
 from curriculum_fakedata import write_six
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from clharness.backbones import BUILTIN_BACKBONES, TimmBackbone, WideVGG9
+from clharness.toolkit.backbones import BUILTIN_BACKBONES, TimmBackbone, WideVGG9
 
 
 def _count(module):

@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.gradient_projection import agem_project, gem_project
+from clharness.toolkit.gradient_projection import agem_project, gem_project
 from clharness.plugins import Harness
-from clharness.runner import Case, make_context, run_case
-from clharness.scenario import build_scenario
-from clharness.suites import ScenarioSpec
+from clharness.engine.runner import Case, make_context, run_case
+from clharness.engine.scenario import build_scenario
+from clharness.engine.suites import ScenarioSpec
 
 CPU = torch.device("cpu")
 

@@ -46,14 +46,14 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 
 import clharness as clh  # noqa: E402
-import clharness.runner  # noqa: E402,F401  (keep torch loaded across pytester's in-process runs)
+import clharness.engine.runner  # noqa: E402,F401  (keep torch loaded across pytester's in-process runs)
 import clharness_methods  # noqa: E402,F401
-from clharness.backbones import MLP  # noqa: E402
+from clharness.toolkit.backbones import MLP  # noqa: E402
 from clharness.benchmarks.m2i import effect  # noqa: E402
 from clharness.data import BUILTIN_SOURCES  # noqa: E402
 from clharness.results import RunRecord  # noqa: E402
-from clharness.scenario import build_scenario  # noqa: E402
-from clharness.suites import SuiteError, load_suite, spec_definition, with_overrides  # noqa: E402
+from clharness.engine.scenario import build_scenario  # noqa: E402
+from clharness.engine.suites import SuiteError, load_suite, spec_definition, with_overrides  # noqa: E402
 
 from curriculum_fakedata import write_six  # noqa: E402
 from test_methods_reference import METHODS, split  # noqa: E402,F401
@@ -152,13 +152,13 @@ def test_lwf_avalanche_loss_by_hand(setting, units, T):
 
 
 def test_lwf_default_loss_is_unchanged_and_keeps_old_keys():
-    from clharness.runner import Case, versions
+    from clharness.engine.runner import Case, versions
     lwf = METHODS["lwf"]
     spec = load_suite("suites/quickstart.toml").scenarios[0]
-    default = Case("q", spec, "lwf", 0, clharness.runner.resolve_hparams(lwf, {}))
+    default = Case("q", spec, "lwf", 0, clharness.engine.runner.resolve_hparams(lwf, {}))
     assert default.hparams["lwf_loss"] == "li-hoiem"
     assert "lwf_loss" not in default.definition(lwf, versions())["hparams"]
-    avalanche = Case("q", spec, "lwf", 0, clharness.runner.resolve_hparams(lwf, {"lwf_loss": "avalanche"}))
+    avalanche = Case("q", spec, "lwf", 0, clharness.engine.runner.resolve_hparams(lwf, {"lwf_loss": "avalanche"}))
     assert avalanche.definition(lwf, versions())["hparams"]["lwf_loss"] == "avalanche"
 
 

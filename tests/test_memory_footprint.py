@@ -5,10 +5,10 @@ import pytest
 import torch
 
 import clharness as clh
-from clharness.backbones import timm_backbone
+from clharness.toolkit.backbones import timm_backbone
 from clharness.data.base import TensorData
 from clharness.data.synthetic import Synthetic
-from clharness.feature_cache import clear_shared
+from clharness.toolkit.feature_cache import clear_shared
 from clharness_methods import REFERENCE_METHODS
 
 METHODS = {cls.name: cls for cls in REFERENCE_METHODS}

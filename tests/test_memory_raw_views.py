@@ -4,7 +4,7 @@ fill a memory from an offline task (GDumb, MIR, GMED, GEM, A-GEM) store the un-a
 import pytest
 import torch
 
-import clharness.augment as A
+import clharness.toolkit.augment as A
 from clharness.data.base import ArrayDataset, TensorData
 from clharness.method import Context, Experience, Setting
 from clharness_methods import REFERENCE_METHODS

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import clharness as clh
-from clharness.backbones import MLP
+from clharness.toolkit.backbones import MLP
 from clharness.data.base import ArrayDataset, TensorData
-from clharness.training import Trainer
+from clharness.toolkit.training import Trainer
 from test_methods_reference import METHODS, context, digits, split  # noqa: F401  (digits: fixture)
 
 

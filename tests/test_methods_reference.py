@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import clharness as clh
-from clharness.backbones import MLP
+from clharness.toolkit.backbones import MLP
 from clharness.data.base import TensorData
 from clharness.data.bundled import Digits
-from clharness.training import SupervisedMethod, Trainer, make_optimizer
+from clharness.toolkit.training import SupervisedMethod, Trainer, make_optimizer
 from clharness_methods import REFERENCE_METHODS
 
 METHODS = {cls.name: cls for cls in REFERENCE_METHODS}

@@ -28,13 +28,13 @@ import pytest
 import torch
 
 import clharness as clh
-from clharness import runner
+from clharness.engine import runner
 from clharness.benchmarks.gtep import protocol as gtep
 from clharness.benchmarks.cldyb import kind as cldyb_kind
 from clharness.benchmarks.cldyb import sequence as cldyb_sequence
 from clharness.method import Context, Setting
-from clharness.runner import Case, run_case
-from clharness.suites import load_suite
+from clharness.engine.runner import Case, run_case
+from clharness.engine.suites import load_suite
 
 import plugin_leak_spy
 from plugin_leak_spy import LeakSpy

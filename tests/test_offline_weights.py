@@ -12,16 +12,16 @@ import torch
 
 # pytester's in-process runs drop modules first imported during a run; importing the harness (and
 # torch) here keeps them loaded, as in test_pytest_plugin.py.
-import clharness.runner  # noqa: F401
-import clharness.scorecard  # noqa: F401
+import clharness.engine.runner  # noqa: F401
+import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 import huggingface_hub
 import huggingface_hub.constants
 import safetensors.torch
 import sklearn.datasets  # noqa: F401
 import timm
-from clharness import backbones
-from clharness.backbones import WeightsMissing, timm_backbone
+from clharness.toolkit import backbones
+from clharness.toolkit.backbones import WeightsMissing, timm_backbone
 from clharness.data import BUILTIN_SOURCES, DatasetMissing, load_split
 
 HERE = Path(__file__).parent

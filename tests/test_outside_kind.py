@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from clharness.data import ArrayDataset, TensorData, load_split
-from clharness.scenario import Scenario, Task
+from clharness.engine.scenario import Scenario, Task
 
 OPTIONS = {"permutations": (int, 3)}
 
@@ -125,7 +125,7 @@ def test_the_permuted_digits_kind_permutes_pixels_per_task(pytester):
     import domain_il
     import clharness as clh
     from clharness.plugins import Harness
-    from clharness.suites import load_suite
+    from clharness.engine.suites import load_suite
 
     class Plugin:
         @clh.hookimpl

@@ -8,7 +8,7 @@ import pytest
 import timm
 import torch
 
-from clharness.backbones import BUILTIN_BACKBONES, WeightsMissing
+from clharness.toolkit.backbones import BUILTIN_BACKBONES, WeightsMissing
 from test_offline_weights import caches, network  # noqa: F401
 
 NAMES = {"vit-b16-in21k": "vit_base_patch16_224.augreg_in21k", "vit-b16-clip": "vit_base_patch16_clip_224.openai"}

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-import clharness.runner  # noqa: F401  (pytester's in-process runs share one torch)
+import clharness.engine.runner  # noqa: F401  (pytester's in-process runs share one torch)
 import clharness_methods  # noqa: F401
 import sklearn.datasets  # noqa: F401
 import sklearn.model_selection  # noqa: F401
-import clharness.scorecard  # noqa: F401
+import clharness.reporting.scorecard  # noqa: F401
 import torchvision.ops  # noqa: F401  (first imported inside a run, torch._dynamo would register twice)
 from clharness.progress import Line, clock, eta, progress_text
 

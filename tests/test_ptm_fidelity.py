@@ -107,7 +107,7 @@ def test_slca_mean_scaling_logit_norm_and_milestone(data):
 
 @pytest.mark.parametrize("name,base", [("l2p", 0.03), ("dualprompt", 0.005)])
 def test_prompt_methods_scale_lr_by_batch_over_256_and_clip_gradients(name, base):
-    from clharness.training import Trainer
+    from clharness.toolkit.training import Trainer
     layers = {k: v for k, v in PROMPTED[name].items() if k.endswith("layers")}   # a 2-block ViT
     method = METHODS[name](context(), **layers)                         # batch size 16
     params = list(method.head.parameters())

@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.backbones import timm_backbone
+from clharness.toolkit.backbones import timm_backbone
 from clharness.data.base import TensorData
 from clharness.data.synthetic import Synthetic
-from clharness.feature_cache import FrozenFeatures
+from clharness.toolkit.feature_cache import FrozenFeatures
 from clharness_methods import REFERENCE_METHODS
 
 METHODS = {cls.name: cls for cls in REFERENCE_METHODS}
@@ -60,7 +60,7 @@ def pretrained():
 @pytest.fixture(autouse=True)
 def fresh_feature_pool():
     """Every test starts with an empty shared feature pool (the counts below are per test)."""
-    from clharness.feature_cache import clear_shared
+    from clharness.toolkit.feature_cache import clear_shared
     clear_shared()
     yield
     clear_shared()
@@ -276,7 +276,7 @@ def test_prompted_methods_learn_three_tasks_and_keep_their_representations(name,
 
 
 def test_l2p_selects_prompts_by_key_query_cosine_and_prepends_them(prompted, data):
-    from clharness.vit_prompts import embed, forward_blocks, vit_of
+    from clharness.toolkit.vit_prompts import embed, forward_blocks, vit_of
     method = prompted["l2p"]
     x, _ = next(data[2][1].batches(12, shuffle=False))
     q = method.frozen.backbone(x)
@@ -338,7 +338,7 @@ def test_dualprompt_trains_the_tasks_e_prompt_and_matches_one_at_test_time(data)
 
 
 def test_prompt_methods_need_a_vit(data):
-    from clharness.backbones import MLP
+    from clharness.toolkit.backbones import MLP
     with pytest.raises(clh.MethodError, match=r"needs backbone = \"timm\" with a ViT.*got MLP"):
         METHODS["l2p"](context(factory=lambda: MLP(SHAPE)))
     with pytest.raises(clh.HParamError, match=r"e_layers='2-4' is outside the ViT's blocks 0-1"):

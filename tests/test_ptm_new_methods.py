@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.vit_prompts import embed, forward_blocks
+from clharness.toolkit.vit_prompts import embed, forward_blocks
 from clharness_methods import REFERENCE_METHODS
 from test_ptm_methods import (CLASSES, accuracy, context, data, experiences, pretrained,  # noqa: F401
                               task_il_accuracy)
@@ -102,7 +102,7 @@ def test_aper_finetune_and_vpt_variants_adapt_a_private_model(data):
              if not torch.equal(v, tuned.frozen.backbone.state_dict()[k])]
     assert len(moved) > 10                                               # every weight could move
     # SSF: with scales 1 and shifts 0 the tuned forward is the frozen ViT's; the first session moves them
-    from clharness.vit_adapters import SSFViT
+    from clharness.toolkit.vit_adapters import SSFViT
     vit = tuned.frozen.backbone.model
     ssf = SSFViT(vit)
     with torch.no_grad():

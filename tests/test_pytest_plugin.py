@@ -8,8 +8,8 @@ import pytest
 
 # pytester's in-process runs drop modules first imported during a run; importing the
 # harness (and torch) here keeps them loaded, so runs share one torch (re-importing crashes).
-import clharness.runner  # noqa: F401,E402
-import clharness.scorecard  # noqa: F401,E402
+import clharness.engine.runner  # noqa: F401,E402
+import clharness.reporting.scorecard  # noqa: F401,E402
 import clharness_methods  # noqa: F401,E402
 import sklearn.datasets  # noqa: F401,E402
 import sklearn.model_selection  # noqa: F401,E402

@@ -19,8 +19,8 @@ import pytest
 import ray
 
 import clharness.benchmarks.cldyb.search  # noqa: F401  (loaded once: pytester runs share one torch)
-import clharness.ray_backend  # noqa: F401  (one module for the test and its sessions: the spy patches it)
-import clharness.runner  # noqa: F401
+import clharness.engine.ray_backend  # noqa: F401  (one module for the test and its sessions: the spy patches it)
+import clharness.engine.runner  # noqa: F401
 from clharness.results import ResultsStore
 
 HOME = os.environ.get("HOME", "")   # pytester moves HOME; Ray's auth token lives under the real one
@@ -240,7 +240,7 @@ def test_gtep_tuning_fans_out_and_selects_the_serial_h_star(pytester, ray_runtim
 
 
 def test_cldyb_lookahead_fans_out_and_chooses_the_serial_sequence(pytester, ray_runtime, monkeypatch):
-    from clharness import ray_backend
+    from clharness.engine import ray_backend
     from clharness.benchmarks.cldyb import search
     args = ["--clh-suite", "cldyb-mini", "--clh-quick", "--clh-seeds", "1", "-k", "search-cc", "-p",
             "no:cacheprovider"]
@@ -272,7 +272,7 @@ def test_cldyb_lookahead_fans_out_and_chooses_the_serial_sequence(pytester, ray_
 
 
 def test_plugin_files_travel_as_source_and_installed_ones_by_name(tmp_path):
-    from clharness import ray_backend
+    from clharness.engine import ray_backend
     from clharness.plugins import _import_file
     (tmp_path / "mine_ray.py").write_text("VALUE = 7\n")
     mine = _import_file(tmp_path / "mine_ray.py")
@@ -286,7 +286,7 @@ def test_plugin_files_travel_as_source_and_installed_ones_by_name(tmp_path):
 
 
 def test_a_worker_without_an_installed_plugin_or_the_data_root_says_which_node(tmp_path):
-    from clharness import ray_backend
+    from clharness.engine import ray_backend
     with pytest.raises(ray_backend.RayBackendError, match=r"'no_such_clh_plugin'.*Ray node .+ \(case s::c\[m-seed0\]\)"
                        r".*Install the plugin's package on every node"):
         ray_backend.worker_harness(("no_such_clh_plugin",), "s::c[m-seed0]")
@@ -423,7 +423,7 @@ eval_classes = [0, 10]
 
 def test_a_scenarios_cpus_per_run_reaches_its_gtep_tuning_runs(pytester, ray_runtime, monkeypatch):
     """Tuning runs are named by their tuning id, not their scenario; the scenario's default still applies."""
-    from clharness import ray_backend
+    from clharness.engine import ray_backend
     pytester.makefile(".toml", gtepres=GTEP_RESOURCES)
     submitted = []   # (run name, the options its task was submitted with)
 
@@ -444,7 +444,7 @@ def test_a_scenarios_cpus_per_run_reaches_its_gtep_tuning_runs(pytester, ray_run
 
 
 def test_an_item_interrupted_while_it_waits_leaves_its_task_to_be_cancelled(ray_runtime, monkeypatch):
-    from clharness import ray_backend
+    from clharness.engine import ray_backend
     runner = ray_backend.RayRunner(ray_backend.Shipment(), "cpu", None, False, None, None)
     case = type("C", (), {"id": "s::c[m-seed0]"})()
     runner.pending["k"] = ray_backend.Pending(ray.put("waiting"), case, None)
@@ -461,10 +461,10 @@ def test_a_node_whose_data_root_lacks_the_dataset_names_itself_and_the_path(tmp_
     """The data root exists on the node but the dataset is not under it: the case's record says where."""
     import dataclasses
 
-    from clharness import ray_backend
+    from clharness.engine import ray_backend
     from clharness.results import RunRecord
-    from clharness.runner import Case
-    from clharness.suites import load_suite
+    from clharness.engine.runner import Case
+    from clharness.engine.suites import load_suite
     spec = load_suite(Path(__file__).parents[1] / "suites" / "quickstart.toml", quick=True).scenarios[0]
     case = Case("quickstart", dataclasses.replace(spec, dataset="cifar10"), "finetune", 0)
     record = RunRecord.from_json(ray_backend.run_remote(case, (), "cpu", str(tmp_path), False))

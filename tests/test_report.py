@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from clharness import plots
+from clharness.reporting import plots
 from clharness.cli import main
 from clharness.metrics import all_metrics
 from clharness.results import ResultsStore, RunRecord, run_key
@@ -147,7 +147,7 @@ def test_html_is_self_contained_with_one_image_per_figure(store, capsys, tmp_pat
 def test_figures_drawn_by_worker_processes_give_the_same_page(store):
     """``workers`` only spreads the figures over processes: the page is byte for byte the serial one
     (but for its timestamp), each scenario's figures in its own place."""
-    from clharness.report import build_html
+    from clharness.reporting.report import build_html
     records = ResultsStore(store).records()
     serial, parallel = (re.sub(r"generated [0-9-]+ [0-9:]+", "", build_html(records, workers=n)) for n in (1, 2))
     assert parallel == serial
@@ -158,7 +158,7 @@ def test_a_section_that_raises_mid_page_leaves_no_figure_worker_behind(store, mo
     """The error reaches the caller and the worker processes are gone with it (not left running
     until the caller's process exits)."""
     import multiprocessing
-    from clharness import report
+    from clharness.reporting import report
 
     records = ResultsStore(store).records()
 

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from clharness.report import build_html, render_text
+from clharness.reporting.report import build_html, render_text
 from clharness.results import RunRecord, run_key
-from clharness.scorecard import default_columns, heading
+from clharness.reporting.scorecard import default_columns, heading
 
 R = [[0.9, float("nan")], [0.6, 0.8]]
 FAMILY_METRICS = {   # suite -> the metrics its kind adds to the common ones

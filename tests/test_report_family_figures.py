@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from clharness import plots
+from clharness.reporting import plots
 from clharness.benchmarks.cldyb import kind as cldyb
 from clharness.benchmarks.cldyb import report_html as cldyb_html
 from clharness.benchmarks.cldyb import sequence as seqmod
@@ -15,7 +15,7 @@ from clharness.benchmarks.m2i import report_html as m2i_html
 from clharness.benchmarks.m2i.effect import curriculum_effect
 from clharness.benchmarks.m2i.kind import CURRICULA
 from clharness.kinds import report_sections
-from clharness.report import build_html
+from clharness.reporting.report import build_html
 from clharness.results import RunRecord
 
 # ---------------------------------------------------------------------------------- M2I / I2M
@@ -114,8 +114,8 @@ def test_m2i_text_section_is_the_effect_table():
 
 def test_m2i_and_i2m_suites_of_one_store_pair_on_the_page(tmp_path, monkeypatch):
     """The real suites are two (``m2i``, ``i2m``, scenario ``ci`` in each): the page pairs them once."""
-    from clharness import report
-    from clharness.report import load_records
+    from clharness.reporting import report
+    from clharness.reporting.report import load_records
     from clharness.results import ResultsStore
     monkeypatch.setattr(report, "_scenario_figures", lambda *a: "")   # the generic per-scenario figures: not ours
     store = ResultsStore(tmp_path / "results.sqlite")
@@ -257,7 +257,7 @@ def split_record(method, seed):
 
 
 def test_page_has_the_family_sections_only_for_their_families(monkeypatch):
-    from clharness import report
+    from clharness.reporting import report
     monkeypatch.setattr(report, "_scenario_figures", lambda *a: "")   # the generic per-scenario figures: not ours
     page = build_html(curriculum_records() + cldyb_records() + [split_record("er", s) for s in range(2)])
     assert page.count(m2i_html.TITLE) == 1 and page.count(cldyb_html.TITLE) == 1
@@ -278,7 +278,7 @@ def test_task_labels_read_the_shared_head_class_names():
 
 
 def test_svg_bar_chart_spans_zero_and_marks_missing_values():
-    from clharness.report_svg import Bar, bar_chart, nice_ticks
+    from clharness.reporting.report_svg import Bar, bar_chart, nice_ticks
     assert nice_ticks(-0.23, 0.41) == [-0.2, 0.0, 0.2, 0.4]
     svg = bar_chart([("a", [Bar(-0.3, 0.1, series="x")]), ("b", [Bar(math.nan, series="x")])], "t", "y")
     assert "data-value='-0.3000' data-ci='0.1000'" in svg and "class='bar-missing'" in svg

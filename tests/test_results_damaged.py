@@ -13,8 +13,8 @@ import pytest
 
 # pytester's in-process runs drop modules first imported during a run; importing the harness (and
 # torch) here keeps them loaded, as in test_pytest_plugin.py.
-import clharness.runner  # noqa: F401
-import clharness.scorecard  # noqa: F401
+import clharness.engine.runner  # noqa: F401
+import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 from clharness.results import ResultsStore, RunRecord, UnreadableRecord
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 import clharness as clh
-from clharness.runner import Case, run_case
-from clharness.suites import ScenarioSpec
+from clharness.engine.runner import Case, run_case
+from clharness.engine.suites import ScenarioSpec
 
 import plugin_methods
 
@@ -108,8 +108,8 @@ class Memorizer(clh.Method):
 def test_accuracy_matrix_scores_each_task_on_its_test_split_not_its_train_split(harness):
     from clharness.method import Context
     from clharness.results import RunRecord
-    from clharness.runner import accuracy, task_protocol
-    from clharness.scenario import build_scenario
+    from clharness.engine.runner import accuracy, task_protocol
+    from clharness.engine.scenario import build_scenario
     scenario = build_scenario(spec(), harness.datasets, 0, torch.device("cpu"))
     method = Memorizer(Context(scenario.setting, scenario.num_classes, scenario.input_shape))
     record = RunRecord("t", "s", "memorizer", 0)
@@ -128,7 +128,7 @@ def test_accuracy_matrix_scores_each_task_on_its_test_split_not_its_train_split(
 
 def test_record_key_changes_when_the_method_version_is_bumped(monkeypatch):
     """A version bump must redo stored runs: the version is part of the content hash."""
-    from clharness.runner import case_key
+    from clharness.engine.runner import case_key
     case = Case("t", spec(), "tiny", 0, {"lr": 0.1})
     before = case_key(case, plugin_methods.Tiny)
     assert case_key(case, plugin_methods.Tiny) == before          # deterministic
@@ -141,7 +141,7 @@ def test_record_key_changes_when_the_method_version_is_bumped(monkeypatch):
 def test_record_notes_the_cpu_threads_of_the_run_outside_its_key(harness):
     """CPU sums split by thread, so the record says how many there were; the key stays the case's."""
     from clharness.results import RunRecord
-    from clharness.runner import case_key
+    from clharness.engine.runner import case_key
     case = Case("t", spec(), "tiny", 0, {"lr": 0.1})
     before = torch.get_num_threads()
     try:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from clharness.suites import load_suite
+from clharness.engine.suites import load_suite
 from clharness_methods import REFERENCE_METHODS
 
 SUITES = sorted((Path(__file__).parent.parent / "suites").glob("*.toml"))

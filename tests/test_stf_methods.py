@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.backbones import MLP
+from clharness.toolkit.backbones import MLP
 from clharness.data.base import ArrayDataset, TensorData
 from clharness_methods.ace import ACE
 from clharness_methods.cbrs import CBRS

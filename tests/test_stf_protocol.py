@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-import clharness.runner  # noqa: F401  (pytester runs share one torch import)
-import clharness.scorecard  # noqa: F401
+import clharness.engine.runner  # noqa: F401  (pytester runs share one torch import)
+import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 import sklearn.datasets  # noqa: F401
 import sklearn.model_selection  # noqa: F401
@@ -15,8 +15,8 @@ from clharness.benchmarks.stf import streams
 from clharness.data import BUILTIN_SOURCES as DATASETS
 from clharness.method import Method, Setting
 from clharness.results import RunRecord
-from clharness.scenario import build_scenario
-from clharness.suites import SuiteError, load_suite
+from clharness.engine.scenario import build_scenario
+from clharness.engine.suites import SuiteError, load_suite
 
 REPO = Path(__file__).parent.parent
 

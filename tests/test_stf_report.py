@@ -17,9 +17,9 @@ from clharness.kinds import report_sections
 from clharness.metrics import mean_ci
 from clharness.plugins import Harness
 from clharness.results import RunRecord
-from clharness.runner import Case, resolve_hparams, run_case
-from clharness.scenario import build_scenario
-from clharness.suites import SuiteError, load_suite
+from clharness.engine.runner import Case, resolve_hparams, run_case
+from clharness.engine.scenario import build_scenario
+from clharness.engine.suites import SuiteError, load_suite
 
 SUITES = Path(__file__).parent.parent / "suites"
 FIGURES = ("stf-digits: class frequencies along the stream (figs. 2 and 4)",
@@ -131,7 +131,7 @@ def test_html_section_has_table1_and_the_three_figures(stf_records):
 
 
 def test_nothing_stf_for_a_store_without_stf_runs():
-    from clharness.report import build_html
+    from clharness.reporting.report import build_html
     others = [_other_record()]
     assert not any("STF" in title for title, _ in report_sections(others, "pipe", lambda: None))
     assert not any("STF" in title for title, _ in report_sections(others, "html", lambda: None))

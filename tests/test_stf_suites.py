@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-import clharness.runner  # noqa: F401  (keep torch loaded across pytester's in-process runs)
-import clharness.scorecard  # noqa: F401
+import clharness.engine.runner  # noqa: F401  (keep torch loaded across pytester's in-process runs)
+import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 from clharness.benchmarks.stf.kind import mu_sigma
-from clharness.suites import load_suite
+from clharness.engine.suites import load_suite
 
 from fakedata import write_cifar10, write_cifar100, write_emnist, write_tinyimagenet
 

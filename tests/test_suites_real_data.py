@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-import clharness.runner  # noqa: F401  (keep torch loaded across pytester's in-process runs)
-import clharness.scorecard  # noqa: F401
+import clharness.engine.runner  # noqa: F401  (keep torch loaded across pytester's in-process runs)
+import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 import timm  # noqa: F401
 

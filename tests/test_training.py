@@ -1,8 +1,8 @@
-"""clharness.training.make_optimizer: every optimizer applies the hyperparameters it is given."""
+"""clharness.toolkit.training.make_optimizer: every optimizer applies the hyperparameters it is given."""
 import pytest
 import torch
 
-from clharness.training import make_optimizer
+from clharness.toolkit.training import make_optimizer
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -35,7 +35,7 @@ def test_unknown_optimizer_names_the_choices():
 
 
 def test_eval_mode_reaches_a_submodule_left_in_training_mode_and_skips_a_model_already_in_eval():
-    from clharness.training import eval_mode
+    from clharness.toolkit.training import eval_mode
     model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3))
     model.eval()
     model[1].train()               # a method switched one part back, the root still says eval

@@ -9,10 +9,10 @@ import torch
 import clharness as clh
 from clharness.benchmarks.gtep import protocol as gtep
 from clharness.results import run_key
-from clharness.runner import Case, run_case
+from clharness.engine.runner import Case, run_case
 from clharness.benchmarks.gtep import kind
-from clharness.suites import ScenarioSpec, load_suite, with_overrides
-from clharness.training import SupervisedMethod, Trainer
+from clharness.engine.suites import ScenarioSpec, load_suite, with_overrides
+from clharness.toolkit.training import SupervisedMethod, Trainer
 
 SUITES = Path(__file__).resolve().parent.parent / "suites"
 TABLE3 = {"epochs": 200, "lr": 0.1, "milestones": [60, 120, 170], "lr_decay": 0.1, "weight_decay": 5e-4}

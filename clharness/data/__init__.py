@@ -37,7 +37,7 @@ def _load_cached(cls, options: tuple, name: str, root: str | None, train: bool, 
 
 
 # (source identity, train) -> a split of a root-free source handed to this process instead of being
-# made here again (clharness.ray_backend: once per session through Ray's object store)
+# made here again (clharness.engine.ray_backend: once per session through Ray's object store)
 PRELOADED: dict[tuple[str, bool], ArrayDataset] = {}
 
 

@@ -105,7 +105,7 @@ class TensorData:
         # (x/255 - mean)/std as one fused multiply-add on the hot path
         self._scale, self._shift = 1 / (255 * std), -mean / std
         self._resize = self.image_size != tuple(ds.images.shape[2:])
-        # clharness.augment: ``recipe`` (None = no augmentation) acts in the normalised space
+        # clharness.toolkit.augment: ``recipe`` (None = no augmentation) acts in the normalised space
         self.recipe = recipe
         self.frame = _frame(self._shift, self._scale)
 
@@ -259,7 +259,7 @@ class StreamData:
 
 def _frame(shift: torch.Tensor, scale: torch.Tensor):
     """The augmentation frame of normalised data x = shift + scale * pixel (pixel in 0..255)."""
-    from ..augment import Frame
+    from ..toolkit.augment import Frame
     return Frame(shift, shift + 255 * scale)
 
 

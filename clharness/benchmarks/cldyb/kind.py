@@ -28,11 +28,11 @@ import numpy as np
 import pytest
 
 from ...pytest_plugin import CaseItem, make_item
-from ...suites import ScenarioSpec
+from ...engine.suites import ScenarioSpec
 from .summary import SEARCH_METHOD, USE_CASES, _final_aa, summary_rows  # noqa: F401  (shared with report_html)
 
 MULTI_DATASET = True
-SELECTS_HPARAMS = True   # collect() applies select_hparams to the replays (clharness.hparam_selection)
+SELECTS_HPARAMS = True   # collect() applies select_hparams to the replays (clharness.engine.hparam_selection)
 
 OPTIONS = {
     "pool": (list, []),                  # [{dataset = "...", options = {...}, name = "..."}]
@@ -135,7 +135,7 @@ def add_entry(pool, entry: dict, datasets, data_root, download) -> list[str]:
 
 
 def make_pool(entries, settings: dict, datasets, device, data_root=None, download=False, augment="none"):
-    from ... import augment as augmentation
+    from ...toolkit import augment as augmentation
     from .pool import DataPool
     pool = DataPool(device, **settings)
     pool.recipe = augmentation.get(augment)
@@ -179,7 +179,7 @@ def run_search(suite_name: str, spec: ScenarioSpec, job: Job, hparams: dict, har
                data_root=None, download=False) -> dict:
     """One search: build the pool and the live methods, run the steps, return the sequence dict."""
     from ...method import Setting
-    from ...runner import Case, make_context, seed_everything, versions
+    from ...engine.runner import Case, make_context, seed_everything, versions
     from .search import Search
     from .sequence import describe_device
     seed_everything(seed)
@@ -223,10 +223,10 @@ def step_timings(sequence: dict) -> dict[str, float]:
 # ---------------------------------------------------------------------------------- pytest items
 def collect(node, suite, spec: ScenarioSpec, methods: list[str], seeds: int):
     from ...pytest_plugin import _run_clh_case, session_key
-    from ...runner import Case, case_key, resolve_hparams, versions
+    from ...engine.runner import Case, case_key, resolve_hparams, versions
     from .search import SEARCH_VERSION
     from ...results import run_key
-    from ...suites import SuiteError
+    from ...engine.suites import SuiteError
     clh = node.config.stash[session_key]
     o = spec.options
     searchers = list(o["search_methods"]) or list(methods)
@@ -246,17 +246,17 @@ def collect(node, suite, spec: ScenarioSpec, methods: list[str], seeds: int):
 
     def case_items(name, case, search_key=None, search_name=None):
         """``case_item``; with ``select_hparams``, its selection runs on the sequence's first tasks
-        before it, and it runs with their choice (clharness.hparam_selection)."""
+        before it, and it runs with their choice (clharness.engine.hparam_selection)."""
         if spec.select_hparams is None:
             return [case_item(name, case, search_key, search_name)]
-        from ...hparam_selection import items
+        from ...engine.hparam_selection import items
         return list(items(node, suite, case, name, clh.harness.methods[case.method], after=search_key,
                           make_plain=lambda: case_item(name, case, search_key, search_name)))
 
     if o["sequence"]:   # a saved sequence: a static scenario for any method
         path = Path(o["sequence"])
         if not path.is_absolute():   # a relative path names a file beside the suite file, wherever pytest runs
-            from ...suites import with_overrides
+            from ...engine.suites import with_overrides
             spec = with_overrides(spec, options={**o, "sequence": str(Path(suite.path).resolve().parent / path)})
         for m in methods:
             for seed in range(seeds):
@@ -313,7 +313,7 @@ class ReplayItem(CaseItem):
 def _run_search(request) -> None:
     from ...pytest_plugin import session_key
     from ...results import RunRecord
-    from ...runner import versions
+    from ...engine.runner import versions
     from . import sequence as seqmod
     item: SearchItem = request.node
     clh = request.config.stash[session_key]

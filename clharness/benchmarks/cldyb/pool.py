@@ -57,7 +57,7 @@ class DataPool:
         self.device = torch.device(device)
         self.image_size = tuple(image_size) if image_size else None
         self.channels = channels
-        self.recipe = None   # clharness.augment recipe of every split served (set from the suite's augment)
+        self.recipe = None   # clharness.toolkit.augment recipe of every split served (set from the suite's augment)
         self.validation, self.seed = validation, seed
         self.max_train, self.max_test, self.probe_per_class = max_train_per_class, max_test_per_class, probe_per_class
         self.sources: list[_Source] = []

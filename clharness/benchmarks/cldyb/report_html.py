@@ -53,7 +53,7 @@ def scenarios(records: Iterable[RunRecord]) -> dict[tuple[str, str], list[dict]]
 
 def section(records: Sequence[RunRecord]) -> str | None:
     """The CLDyB HTML of ``records``, or None when they hold no searched-sequence evaluation."""
-    from ... import plots
+    from ...reporting import plots
     records = list(records)
     groups = scenarios(records)
     if not groups:
@@ -115,7 +115,7 @@ def comparison_lines(rows: Sequence[dict]) -> list[str]:
 
 def use_case_bars(name: str, rows: Sequence[dict]) -> str:
     """Per method, a bar for each use case any method was evaluated on (CC, random, held-out)."""
-    from ...report_svg import Bar, bar_chart
+    from ...reporting.report_svg import Bar, bar_chart
     present = [s for s in SERIES if any(f"{s[0]}_aa" in r for r in rows)]
     groups = [(r["method"], [Bar(*r.get(f"{key}_aa", (math.nan, math.nan)), color, key, {"method": r["method"]})
                              for key, _, color in present]) for r in rows]
@@ -145,7 +145,7 @@ def radar_table(rows: Sequence[dict]) -> tuple[list[str], dict[str, list[float]]
 
 
 def radar(name: str, rows: Sequence[dict], colors) -> str:
-    from ... import plots
+    from ...reporting import plots
     labels, values = radar_table(rows)
     fig = plots.radar_figure(labels, values, colors)
     return (f"<figure class='cldyb-radar' style='flex:0 1 auto'>{plots.to_img(fig, f'{name}: CLDyB radar (fig. 4)')}"

@@ -149,7 +149,7 @@ class Search:
 
     # Where the look-ahead candidates are valued: None = here, one after the other; else a callable
     # (search, tasks) -> (values, rewards) that runs ``value_candidate`` for every candidate elsewhere
-    # (clharness.ray_backend sets one under --clh-ray: one Ray task per candidate, same arithmetic).
+    # (clharness.engine.ray_backend sets one under --clh-ray: one Ray task per candidate, same arithmetic).
     fan_out: Callable | None = None
 
     def __init__(self, pool: DataPool, methods: Sequence[Method], config: SearchConfig, seed: int,

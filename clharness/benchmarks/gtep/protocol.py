@@ -118,7 +118,7 @@ def tuning_id(spec) -> str:
     and low similarity D^E): scenarios with the same id share their tuning runs (same record keys,
     in one suite or across suites). Readable: ``<dataset>[<start>-<stop>]-<task config>-<hash>``."""
     from ...results import run_key
-    from ...suites import spec_definition
+    from ...engine.suites import spec_definition
     base = spec_definition(phase_spec(spec, "tune", {}, 0))
     base.pop("name")
     o = spec.options
@@ -148,7 +148,7 @@ def make_case(suite, spec, method_cls, base_hparams, space: MethodSpace, config,
               tuning: str | None = None):
     """One phase run. A tuning run is a ``TuneCase``: its key leaves out the suite, so the same
     D^HT tuning in two suites is one stored run."""
-    from ...runner import Case, resolve_hparams
+    from ...engine.runner import Case, resolve_hparams
     args = {**space.fixed, **config}
     hparams = resolve_hparams(method_cls, base_hparams, {a: v for a, v in args.items() if a in method_cls.hparams})
     budgets = {a: v for a, v in args.items() if a in BUDGET}
@@ -418,8 +418,8 @@ def collect(node, suite, spec, methods, seeds):
     Parameters the preset names that the method does not take are not applied (``unmapped`` in
     paper_configs.json lists the paper's keys with no counterpart here)."""
     from ...pytest_plugin import CaseItem, make_item, session_key
-    from ...runner import case_key
-    from ...suites import SuiteError
+    from ...engine.runner import case_key
+    from ...engine.suites import SuiteError
     clh = node.config.stash[session_key]
     o = spec.options
     R, S = o["configurations"], o["trials"]
@@ -467,7 +467,7 @@ def collect(node, suite, spec, methods, seeds):
 def session_presets(config) -> list[tuple[str, dict]]:
     """``--clh-preset gtep:<name>`` -> [(name, {our method: the paper's configuration})]; other
     families' presets are theirs to read."""
-    from ...suites import SuiteError
+    from ...engine.suites import SuiteError
     from .paper_configs import PresetError, preset
     out = []
     for text in config.getoption("clh_preset", None) or []:

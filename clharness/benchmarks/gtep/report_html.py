@@ -61,7 +61,7 @@ def slope_svg(group, width: int = 360, height: int = 260) -> str:
     """Each method a line from its tuning score (left) to its evaluation score (right); a crossing
     is a change of rank. Plain SVG text, a few hundred bytes a method; the scores ride on each
     line as data attributes."""
-    from ... import plots
+    from ...reporting import plots
     ok = group.dropna(subset=["tune_acc", "eval_acc"])
     if ok.empty:
         return ""

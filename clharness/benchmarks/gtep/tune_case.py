@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...runner import Case
+from ...engine.runner import Case
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...report import ReportError, load_records
+    from ...reporting.report import ReportError, load_records
     try:
         records = load_records(args.results, args.suite)
     except ReportError as exc:

@@ -45,11 +45,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ... import augment
+from ...toolkit import augment
 from ...data import ArrayDataset, DatasetMissing, TensorData, load_split
 from ...method import Setting
-from ...suites import ScenarioSpec
-from ...scenario import Scenario, ScenarioError, Task
+from ...engine.suites import ScenarioSpec
+from ...engine.scenario import Scenario, ScenarioError, Task
 from .names import CURRICULA, SHARED_SEP
 
 MULTI_DATASET = True

@@ -70,7 +70,7 @@ def section(records: Sequence[RunRecord], page: Sequence[RunRecord] | None = Non
     """The M2I / I2M HTML of ``records``, or None when they hold no curriculum run. With ``page``
     (every record of the page, ``records`` one suite of it), pairs are formed over the page: a pair
     spanning suites is drawn under the first of them in page order, linked from the others."""
-    from ... import plots
+    from ...reporting import plots
     own_suites = {r.suite for r in records}
     order = list(dict.fromkeys(r.suite for r in (records if page is None else page)))
     runs = {key: group for key, group in curriculum_runs(records if page is None else page).items()
@@ -127,7 +127,7 @@ def effect_table(rows: Sequence[dict]) -> str:
 def effect_bars(rows: Sequence[dict], colors) -> str:
     """One SVG bar chart per metric: a bar per method (its effect, CI as an error bar). A metric
     whose effect is NaN for every method (e.g. FWT without its baseline) gets no chart."""
-    from ...report_svg import Bar, bar_chart, hex_color
+    from ...reporting.report_svg import Bar, bar_chart, hex_color
     charts = []
     for metric in dict.fromkeys(r["metric"] for r in rows):
         mine = [r for r in rows if r["metric"] == metric]
@@ -148,7 +148,7 @@ def effect_bars(rows: Sequence[dict], colors) -> str:
 
 def heatmaps(name: str, group: dict) -> str:
     """One figure: per (method, hyperparameters) of the group, its M2I and I2M mean matrices."""
-    from ... import plots
+    from ...reporting import plots
     panels = []
     several = defaultdict(int)
     for method, _ in group:
@@ -183,7 +183,7 @@ def heatmap_pairs_figure(panels: Sequence[tuple[str, dict]]):
     from matplotlib import colormaps
     from matplotlib.figure import Figure
 
-    from ...plots import DPI
+    from ...reporting.plots import DPI
     per_row = 1 if len(panels) == 1 else 2
     rows = math.ceil(len(panels) / per_row)
     side, left, top, bottom, pair_gap, bar = 1.75, 0.72, 0.34, 0.62, 0.3, 0.8

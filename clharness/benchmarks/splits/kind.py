@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ... import augment
+from ...toolkit import augment
 from ...data import ArrayDataset, DatasetSource, FileDataset, StreamData, TensorData, load_split
 from ...method import Setting
-from ...scenario import Scenario, ScenarioError, Task
-from ...suites import ScenarioSpec
+from ...engine.scenario import Scenario, ScenarioError, Task
+from ...engine.suites import ScenarioSpec
 
 
 def task_sizes(spec: ScenarioSpec, num_classes: int) -> list[int]:

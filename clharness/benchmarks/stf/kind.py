@@ -26,9 +26,9 @@ import torch
 from . import streams, trace
 from ...data import DatasetSource, load_split
 from ...method import Batch, Setting
-from ...training import listen_to_losses
-from ...suites import ScenarioSpec
-from ...scenario import ScenarioError
+from ...toolkit.training import listen_to_losses
+from ...engine.suites import ScenarioSpec
+from ...engine.scenario import ScenarioError
 from ..splits.kind import _per_class_index, _relabel, _wrapper
 
 OPTIONS = {
@@ -49,7 +49,7 @@ PRESETS = {"table1": 20}
 def preset_seeds(presets: list[str], suite) -> int | None:
     """``--clh-preset stf:table1``: 20 seeds for a suite with stf scenarios (the paper's run count;
     the suites keep fewer by default, and their [quick] budgets per run stay as they are)."""
-    from ...suites import SuiteError
+    from ...engine.suites import SuiteError
     names = [text.partition(":")[2] for text in presets if text.partition(":")[0] == "stf"]
     unknown = [n for n in names if n not in PRESETS]
     if unknown:
@@ -147,7 +147,7 @@ def online_protocol(method, scenario: StreamScenario, device: torch.device, reco
     test accuracy at the end. ``record.failed_task`` is the stream step (minibatch) being processed.
     ``record.extra`` keeps the stream's description, the retention at each point and the mean
     training loss per window of the stream (trace.py; figures 2, 4 and 5 of the report section)."""
-    from ...runner import accuracy
+    from ...engine.runner import accuracy
 
     points = scenario.eval_steps()
     retention: list[float] = []
@@ -168,7 +168,7 @@ def online_protocol(method, scenario: StreamScenario, device: torch.device, reco
 
 def _stream(method, scenario: StreamScenario, device, record, on_task, points, retention, losses) -> None:
     """Observe the stream, scoring information retention at ``points``; ``losses`` learns each step."""
-    from ...runner import _sync, accuracy
+    from ...engine.runner import _sync, accuracy
 
     opts, eval_bs = scenario.spec.options, scenario.spec.eval_batch_size
     batches = iter(scenario.stream.batches(opts["stream_batch"]))

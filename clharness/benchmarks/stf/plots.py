@@ -106,7 +106,7 @@ def add_commands(subparsers) -> dict:
 
 
 # ------------------------------------------------------------------------ the report's figures
-# Plain matplotlib Figures on no canvas (clharness.plots.to_img attaches Agg): no pyplot state.
+# Plain matplotlib Figures on no canvas (clharness.reporting.plots.to_img attaches Agg): no pyplot state.
 def scenario_streams(scenarios, max_streams: int = 3) -> tuple[dict[str, list[tuple[int, np.ndarray, int]]], int | None]:
     """{scenario: [(seed, stream labels, classes)]} rebuilt from the records' stream descriptions
     (trace.rebuild_stream), up to ``max_streams`` seeds per scenario, lowest seeds first; and the

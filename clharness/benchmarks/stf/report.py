@@ -123,7 +123,7 @@ def html_sections(records: Sequence[RunRecord]) -> list[tuple[str, str]]:
 
 
 def suite_html(suite: str, scenarios: dict[str, dict[str, list[RunRecord]]]) -> str:
-    from ... import plots as report_plots
+    from ...reporting import plots as report_plots
     from . import plots
     head, rows = table(scenarios)
     out = [f"<h3>{_e(suite)}: STF Table 1</h3>", _table(head, rows), f"<p class='note'>{_e(TABLE_NOTE)}</p>"]
@@ -156,7 +156,7 @@ def suite_html(suite: str, scenarios: dict[str, dict[str, list[RunRecord]]]) -> 
 def retention_curves(runs: dict[str, list[RunRecord]]) -> dict[str, tuple]:
     """{method: (x, mean, lo, hi)}: information retention at each evaluation point over the seeds whose
     points match the first seed's (x = fraction of the stream observed)."""
-    from ...plots import mean_band
+    from ...reporting.plots import mean_band
     out = {}
     for method, rs in runs.items():
         with_curve = [r for r in rs if r.extra.get("info_retention") and r.extra.get("eval_at")]
@@ -184,7 +184,7 @@ def _floats(values) -> np.ndarray:
 
 
 def _figure(fig, alt: str, note: str) -> str:
-    from ...plots import to_img
+    from ...reporting.plots import to_img
     return f"<figure>{to_img(fig, alt)}<figcaption><b>{_e(alt)}</b>. {_e(note)}</figcaption></figure>"
 
 

@@ -3,7 +3,7 @@
 - ``train_loss``: the mean training loss per window of the stream, ``LOSS_WINDOWS`` (200) equal
   windows of its minibatches (fewer when the stream has fewer steps): figure 5 of the STF paper
   plots ER's loss along the stream. Every method's loss is recorded, read from ``Trainer.step``
-  (``clharness.training.listen_to_losses``): the loss the method minimises at that step (ER: the
+  (``clharness.toolkit.training.listen_to_losses``): the loss the method minimises at that step (ER: the
   cross-entropy over the stream batch and its replay batch). A window in which the method took no
   step (GDumb trains only when it is evaluated) holds NaN.
 - ``info_retention`` and ``eval_at``: the information retention at each evaluation point and the

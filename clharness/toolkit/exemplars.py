@@ -19,7 +19,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .method import Context, Experience, MethodError
+from ..method import Context, Experience, MethodError
 from .training import NEG, SupervisedMethod, Trainer, optimizer_space
 
 

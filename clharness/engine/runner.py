@@ -22,11 +22,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from . import __version__, metrics
-from .backbones import WeightsMissing
-from .hparams import resolve
-from .method import Context, Diverged, Method, MethodError, Setting
-from .results import RunRecord, run_key
+from .. import __version__, metrics
+from ..toolkit.backbones import WeightsMissing
+from ..hparams import resolve
+from ..method import Context, Diverged, Method, MethodError, Setting
+from ..results import RunRecord, run_key
 from .scenario import Scenario, build_scenario
 from .suites import ScenarioSpec, spec_definition
 

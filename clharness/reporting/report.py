@@ -11,8 +11,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .metrics import METRIC_INFO
-from .results import _SQLITE_MAGIC, ResultsStore, RunRecord
+from ..metrics import METRIC_INFO
+from ..results import _SQLITE_MAGIC, ResultsStore, RunRecord
 from .scorecard import _FIELDS, COLUMNS, rank_agreement, render, render_agreement, summarize
 
 # --format -> tabulate format (md: a plain Markdown pipe table with alignment colons; github: GitHub's
@@ -94,7 +94,7 @@ def render_text(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, 
 
 def _tuning_rows(summary):
     """Rows of a kind's tuning phase (GTEP's ``X:tune-cK``): per-configuration, not per-scenario."""
-    from .kinds import split_scenario
+    from ..kinds import split_scenario
     if summary.empty:
         return summary.scenario == summary.scenario   # an empty boolean mask
     return summary.scenario.map(lambda sc: (split_scenario(sc) or ("", ""))[1] == "tune").astype(bool)
@@ -139,7 +139,7 @@ def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, s
     draws one figure at a time per process. More than one worker spawns processes, which re-import
     the caller's main module: call it from a guarded ``if __name__ == "__main__":`` (the CLI does)."""
     from . import plots   # matplotlib loads only for the page, not for the text formats
-    from .kinds import report_sections, split_scenario
+    from ..kinds import report_sections, split_scenario
     passed = [r for r in records if r.status == "passed"]
     summary = summarize(records, columns)
     colors = plots.method_colors(sorted({r.method for r in records}))

@@ -16,9 +16,9 @@ import numpy as np
 
 # --clh-log KIND:TARGET -> (module, class, what TARGET is)
 LOGGERS = {
-    "tensorboard": ("clharness.loggers.tensorboard", "TensorBoardLogger", "DIR"),
-    "wandb": ("clharness.loggers.wandb", "WandbLogger", "PROJECT"),
-    "mlflow": ("clharness.loggers.mlflow", "MlflowLogger", "URI"),
+    "tensorboard": ("clharness.reporting.loggers.tensorboard", "TensorBoardLogger", "DIR"),
+    "wandb": ("clharness.reporting.loggers.wandb", "WandbLogger", "PROJECT"),
+    "mlflow": ("clharness.reporting.loggers.mlflow", "MlflowLogger", "URI"),
 }
 
 
@@ -48,7 +48,7 @@ def require(package: str, extra: str) -> ModuleType:
 def task_rows(record) -> list[dict[str, float]]:
     """One row per learned task i: ``task_j`` = R[i][j] (every evaluated task, future ones included)
     and ``seen`` = accuracy on the pooled test data of tasks 0..i (R[i][j] weighted by test samples
-    per task, as clharness.plots.step_accuracy; unweighted where the sizes are missing)."""
+    per task, as clharness.reporting.plots.step_accuracy; unweighted where the sizes are missing)."""
     rows = []
     for i, row in enumerate(record.acc_matrix):
         sizes = record.task_sizes if len(record.task_sizes) >= len(row) else [1] * len(row)

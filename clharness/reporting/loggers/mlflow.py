@@ -12,7 +12,7 @@ import math
 import time
 
 import clharness as clh
-from clharness.loggers import LoggerError, final_metrics, require, run_config, task_rows
+from clharness.reporting.loggers import LoggerError, final_metrics, require, run_config, task_rows
 
 
 class MlflowLogger:
@@ -38,7 +38,7 @@ class MlflowLogger:
     def clharness_run_finished(self, record):
         from mlflow.entities import Metric, Param
         client = self.mlflow.MlflowClient(tracking_uri=self.uri)
-        tags = {"clharness.suite": record.suite, "clharness.scenario": record.scenario,
+        tags = {"clharness.suite": record.suite, "clharness.engine.scenario": record.scenario,
                 "clharness.method": record.method, "clharness.seed": str(record.seed),
                 "clharness.status": record.status}
         run = client.create_run(self.experiment_id(client, record.suite), run_name=record.case_id, tags=tags)

@@ -65,8 +65,8 @@ from typing import Any, Mapping
 
 import pytest
 
-from .hparams import Choice, HParamError, Param, check_space, choice_from_values, sample
-from .pytest_plugin import CaseItem, _run_clh_case, make_item, run_stored_case, session_key
+from ..hparams import Choice, HParamError, Param, check_space, choice_from_values, sample
+from ..pytest_plugin import CaseItem, _run_clh_case, make_item, run_stored_case, session_key
 from .runner import Case, build_scenario, case_key, resolve_hparams
 from .scenario import ScenarioError, Task
 from .suites import SuiteError
@@ -95,7 +95,7 @@ def check_option(value: Any, kind: str, setting: str = "class-incremental", vali
         if key in value and (isinstance(value[key], bool) or not isinstance(value[key], typ)):
             raise ValueError(f"{KEY}.{key} = {value[key]!r} must be of type {typ.__name__}")
     o = options(value)
-    from .metrics import METRIC_INFO
+    from ..metrics import METRIC_INFO
     if o["metric"] not in METRIC_INFO:
         raise ValueError(f"{KEY}.metric = {o['metric']!r}; allowed: {', '.join(METRIC_INFO)}")
     if o["tasks"] < 1 or o["configurations"] < 0:
@@ -112,7 +112,7 @@ def check_option(value: Any, kind: str, setting: str = "class-incremental", vali
     if kind != "cldyb" and not 0 < validation < 1:   # CLDyB requires it of its own (kind.check)
         raise ValueError(f"{KEY} scores on the first tasks' validation splits: set validation to a fraction in "
                          "(0, 1), e.g. validation = 0.2")
-    from .kinds import kind_module
+    from ..kinds import kind_module
     module = kind_module(kind)
     if hasattr(module, "collect") and not getattr(module, "SELECTS_HPARAMS", False):
         raise ValueError(f"{KEY}: kind {kind!r} makes its own items and does not apply {KEY}"
@@ -238,7 +238,7 @@ def plan(suite, case, method_cls) -> Plan | None:
 def choose(records: list, metric: str) -> tuple[int | None, list[float]]:
     """(winner k, score per k) from the selection records in candidate order: the best ``metric``
     (direction from metrics.HIGHER_IS_BETTER), ties to the lowest k; NaN (diverged, failed) never wins."""
-    from .metrics import HIGHER_IS_BETTER
+    from ..metrics import HIGHER_IS_BETTER
     scores = [r.metrics.get(metric, math.nan) if r is not None and r.status == "passed" else math.nan
               for r in records]
     finite = [(s if HIGHER_IS_BETTER.get(metric, True) else -s, -k) for k, s in enumerate(scores) if not math.isnan(s)]

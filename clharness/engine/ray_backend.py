@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 import ray
 
-from .results import RunRecord
+from ..results import RunRecord
 
 MAX_RETRIES = 3          # re-executions of a case whose worker or node died
 RESOURCE_OPTIONS = ("cpus_per_run", "gpus_per_run")   # per-scenario defaults (suite options)
@@ -66,7 +66,7 @@ def ship_plugins(plugin_modules: list[Any], named: list[str]) -> Shipment:
     """``plugin_modules``: the plugin objects pytest registered (conftest and -p modules with clharness
     hooks); ``named``: the --clh-plugin specs. Files that are not installed packages are copied into
     one package shipped with the job; installed ones travel by name (they must be installed there too)."""
-    from .plugins import import_plugin
+    from ..plugins import import_plugin
     shipment = Shipment()
     modules = list(plugin_modules) + [import_plugin(spec) for spec in named]
     seen = set()
@@ -114,7 +114,7 @@ def worker_harness(modules: tuple[str, ...], case_id: str, aliases: tuple[tuple[
     if modules not in _HARNESSES:
         import importlib
 
-        from .plugins import Harness
+        from ..plugins import Harness
         load_sources(sources or {})
         for name in modules:
             try:
@@ -159,7 +159,7 @@ def run_remote(case, modules: tuple[str, ...], device: str, data_root: str | Non
 
 def receive_splits(splits: dict) -> None:
     """Fetch the splits this worker process does not hold yet from the object store (once each)."""
-    from .data import PRELOADED
+    from ..data import PRELOADED
     missing = [key for key in splits if key not in PRELOADED]
     for key, split in zip(missing, ray.get([splits[key] for key in missing])):
         PRELOADED[key] = split
@@ -269,7 +269,7 @@ class RayRunner:
         """ObjectRefs of the case's dataset splits when its scenario's dataset needs no files (made
         here and put in the object store on first use); {} for datasets read from --clh-data-root and
         for kinds that name their datasets in their options."""
-        from .data import ArrayDataset, load_split
+        from ..data import ArrayDataset, load_split
         name = case.scenario.dataset
         if not name or name not in self.datasets or self.datasets[name].needs_root:
             return {}
@@ -360,7 +360,7 @@ def _last_line(exc: BaseException) -> str:
 
 # ------------------------------------------------------------------------------- pytest
 def _search_class():
-    from .benchmarks.cldyb.search import Search
+    from ..benchmarks.cldyb.search import Search
     return Search
 
 
@@ -402,7 +402,7 @@ class RayPlugin:
         return record
 
     def pytest_collection_finish(self, session) -> None:
-        from .pytest_plugin import CaseItem
+        from ..pytest_plugin import CaseItem
         if any(type(i).__name__ == "SearchItem" for i in session.items):   # CLDyB: look-ahead as tasks
             _search_class().fan_out = staticmethod(lookahead_fan_out(self))
             self.hooked = True

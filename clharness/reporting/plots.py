@@ -19,8 +19,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from scipy import stats
 
-from .metrics import METRIC_INFO, all_metrics
-from .results import RunRecord
+from ..metrics import METRIC_INFO, all_metrics
+from ..results import RunRecord
 
 DPI = 100
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from .kinds import kind_module
-from .method import Experience, Setting
+from ..kinds import kind_module
+from ..method import Experience, Setting
 from .suites import ScenarioSpec
 
 

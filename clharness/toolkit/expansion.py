@@ -5,7 +5,7 @@
   the concatenation, and an optional shared trunk under every branch (MEMO's generalised blocks);
   branches live in an ``nn.ModuleList`` so ``memory_report`` counts each one (CLDyB B.4) and
   ``snapshot``/``clone`` copy them;
-- ``update_memory``: PyCIL's herded exemplar memory (``clharness.exemplars``) after each task;
+- ``update_memory``: PyCIL's herded exemplar memory (``clharness.toolkit.exemplars``) after each task;
 - ``align_weights``: weight aligning of the new classes' head rows (Zhao et al. 2020, eq. 9-10),
   which PyCIL applies after every incremental task of DER and MEMO;
 - ``phase_trainer``: the optimiser of a training phase with its own epoch budget;
@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from .exemplars import ExemplarMemory
-from .method import Experience, Method
+from ..method import Experience, Method
 from .training import NEG, Trainer
 
 

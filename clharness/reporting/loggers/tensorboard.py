@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import clharness as clh
-from clharness.loggers import final_metrics, matrix_image, require, run_config, task_rows
+from clharness.reporting.loggers import final_metrics, matrix_image, require, run_config, task_rows
 
 
 class TensorBoardLogger:

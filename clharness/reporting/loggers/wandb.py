@@ -8,7 +8,7 @@ the run summary and the accuracy matrix as an image. ``WANDB_MODE=offline`` keep
 from __future__ import annotations
 
 import clharness as clh
-from clharness.loggers import final_metrics, matrix_image, require, run_config, task_rows
+from clharness.reporting.loggers import final_metrics, matrix_image, require, run_config, task_rows
 
 
 class WandbLogger:

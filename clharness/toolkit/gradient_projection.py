@@ -10,8 +10,8 @@ import scipy.linalg
 import scipy.optimize
 import torch
 
-from .hparams import Int
-from .method import Diverged
+from ..hparams import Int
+from ..method import Diverged
 from .training import SupervisedMethod, make_optimizer, optimizer_space
 
 

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from . import kinds
+from .. import kinds
 
 
 
@@ -62,13 +62,13 @@ class ScenarioSpec:
     max_test_per_class: int | None = None
     amp: bool = True                      # mixed precision where the device is CUDA
     options: dict = field(default_factory=dict)   # the kind's own keys (see KINDS), checked by it
-    augment: str = "none"                 # training augmentation recipe (clharness.augment)
+    augment: str = "none"                 # training augmentation recipe (clharness.toolkit.augment)
     first_task_train: dict | None = None  # the first task's fixed training (FIRST_TASK_KEYS), e.g. GTEP Table 3
     select_hparams: dict | None = None    # hyperparameters chosen on the first tasks' validation (hparam_selection)
 
     @property
     def setting_enum(self):
-        from .method import Setting   # lazy: suite parsing needs no torch
+        from ..method import Setting   # lazy: suite parsing needs no torch
         return Setting(self.setting)
 
 
@@ -121,7 +121,7 @@ class Suite:
     # registered ones run as if in `methods`, the others are skipped as "not registered"
     planned_methods: tuple[str, ...] = ()
     hparams: dict[str, dict[str, Any]] = field(default_factory=dict)
-    gates: tuple = ()                                    # clharness.gates.Gate, judged after the cases
+    gates: tuple = ()                                    # clharness.reporting.gates.Gate, judged after the cases
     resources: dict[str, dict[str, float]] = field(default_factory=dict)   # scenario -> cpus/gpus_per_run
 
 
@@ -204,7 +204,7 @@ def load_suite(path: str | Path, quick: bool = False) -> Suite:
 
 def _take_resources(path, where, table: dict) -> dict:
     """Pop a table's per-run resources (``cpus_per_run``, ``gpus_per_run``): where a run goes is no part
-    of what it computes, so they stay out of the ScenarioSpec and the record key (clharness.ray_backend)."""
+    of what it computes, so they stay out of the ScenarioSpec and the record key (clharness.engine.ray_backend)."""
     out = {}
     for key in RESOURCE_KEYS:
         if key in table:
@@ -217,7 +217,7 @@ def _take_resources(path, where, table: dict) -> dict:
 
 
 def _gates(path, data, scenario_names) -> tuple:
-    from .gates import GateError, parse_gate
+    from ..reporting.gates import GateError, parse_gate
     lines = data.get("gates", [])
     if not isinstance(lines, list) or not all(isinstance(g, str) for g in lines):
         raise SuiteError(f"{path}: gates must be a list of strings such as \"er: final_acc >= 0.30\"")
@@ -292,7 +292,7 @@ def _check_scenario_table(path, where, table):
         if isinstance(value, int) and not isinstance(value, bool) and key not in ("validation",) and value < 0:
             raise SuiteError(f"{path}: {where}: {key} = {value} must not be negative")
     if "augment" in table:
-        from .augment import recipes   # lazy: torch; holds the recipes every loaded plugin added
+        from ..toolkit.augment import recipes   # lazy: torch; holds the recipes every loaded plugin added
         if table["augment"] not in recipes():
             raise SuiteError(f"{path}: {where}: augment = {table['augment']!r} is not a registered augmentation "
                              f"recipe; registered: {', '.join(recipes())}")

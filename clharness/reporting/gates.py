@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from .metrics import HIGHER_IS_BETTER, METRIC_INFO
-from .results import RunRecord
+from ..metrics import HIGHER_IS_BETTER, METRIC_INFO
+from ..results import RunRecord
 
 # Record fields a gate may judge besides the metrics, all lower-is-better costs.
 COST_FIELDS = ("train_seconds", "eval_seconds", "memory_mb", "peak_cuda_mb", "parameters")

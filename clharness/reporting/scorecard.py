@@ -9,8 +9,8 @@ from typing import Iterable, Sequence
 import pandas as pd
 from tabulate import tabulate
 
-from .metrics import mean_ci, rank_correlation
-from .results import RunRecord
+from ..metrics import mean_ci, rank_correlation
+from ..results import RunRecord
 
 # The columns of the default scorecard: metric keys or record fields.
 COLUMNS = ("final_acc", "avg_inc_acc", "forgetting", "bwt", "train_seconds", "memory_mb")
@@ -26,7 +26,7 @@ def default_columns(records: Iterable[RunRecord]) -> list[str]:
     ones (STF's info_retention, ...) after the four accuracy columns, timings (``*_seconds``)
     after ``train_seconds``, each group sorted by name. A table then drops the ones its own
     records do not carry (:func:`carried`)."""
-    from .metrics import METRIC_INFO
+    from ..metrics import METRIC_INFO
     extra = sorted({k for r in records for k in r.metrics} - set(METRIC_INFO) - set(COLUMNS))
     timings = [k for k in extra if k.endswith("_seconds")]
     scores = [k for k in extra if k not in timings]
@@ -80,8 +80,8 @@ def rank_agreement(summary: pd.DataFrame, metric: str = "final_acc", min_methods
     tau (with p-values) between the two rankings (CLDyB Table 1 compares rankings this way).
     A GTEP scenario enters with its evaluation phase (``X:eval`` as ``X``); its tuning configurations
     (``X:tune-cK``) are not scenarios, and tuning vs evaluation is the GTEP section's Kendall tau;
-    neither are ``select_hparams``' selection runs (``X:select-cK``, clharness.hparam_selection)."""
-    from .kinds import split_scenario
+    neither are ``select_hparams``' selection runs (``X:select-cK``, clharness.engine.hparam_selection)."""
+    from ..kinds import split_scenario
     rows = []
     if summary.empty or metric not in summary:
         return pd.DataFrame(rows)
