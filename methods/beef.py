@@ -8,10 +8,11 @@ import torch.nn.functional as F
 from torch import nn
 
 import clharness as clh
-from clharness.toolkit.exemplars import ExemplarMemory, rehearsal_batches, tensor_batches
+from clharness.toolkit.exemplars import (ExemplarMemory, RehearsalLabels, rehearsal_batches, rehearsal_space,
+                                         tensor_batches)
 from clharness.toolkit.expansion import (BranchNet, clone_module, method_rng, phase_trainer, seen_logits,
                                  simple_linear, update_memory)
-from clharness.toolkit.training import SupervisedMethod, TaskLabels, optimizer_space
+from clharness.toolkit.training import SupervisedMethod, optimizer_space
 
 
 class BiasLayer(nn.Module):
@@ -82,7 +83,8 @@ class BEEF(SupervisedMethod):
                "energy_weight": clh.Float(0.0, 1.0, default=0.01),
                "logits_alignment": clh.Float(0.1, 10.0, default=1.7),
                "fusion_lr": clh.Float(1e-4, 1.0, default=0.05, log=True),
-               "fusion_epochs": clh.Int(0, 1000, default=0)}
+               "fusion_epochs": clh.Int(0, 1000, default=0),
+               **rehearsal_space()}
     hparams["scheduler"] = clh.Choice(["constant", "steplr", "cosine"], default="cosine")
     # GTEP Table 4: BEEF's energy weight, logit alignment and post-FT (fusion) epochs
     tuning_space = {"energy_weight": clh.Choice([0.001, 0.005, 0.01, 0.02, 0.05]),
@@ -92,8 +94,8 @@ class BEEF(SupervisedMethod):
     def __init__(self, context, **hparams):
         clh.Method.__init__(self, context, **hparams)
         self.model = BranchNet(context.num_classes)
-        self.labels = TaskLabels(context)
         self.memory = ExemplarMemory(context.memory_size)
+        self.labels = RehearsalLabels(context, self.memory, self.hp["rehearsal"])
         self.gen = torch.Generator().manual_seed(context.seed)
         self.seen = torch.zeros(0, dtype=torch.long, device=context.device)
         # exist only while a task is learned
@@ -218,8 +220,9 @@ class BEEF(SupervisedMethod):
         self.forward_protos = simple_linear(self.model.dims[-1], len(self.labels.seen)).to(device)
         params = [p for m in (self.model, self.new_head, self.backward, self.forward_protos) if m is not None
                   for p in m.parameters() if p.requires_grad]
-        self.fit(rehearsal_batches(experience, *self.memory.tensors(), self.task_epochs(), self.gen),
-                 self.expansion_loss, params=params)
+        batches = rehearsal_batches(experience, *self.memory.tensors(), self.task_epochs(), self.gen,
+                                    self.hp["rehearsal"])
+        self.fit(batches, self.expansion_loss, params=params)
         if old:
             epochs = self.hp["fusion_epochs"] or max(1, round(self.context.epochs * 60 / 170))
             trainer = phase_trainer(self, self.biases.parameters(), epochs, lr=self.hp["fusion_lr"])

@@ -67,7 +67,7 @@ class BiC(ExemplarLearner):
     left out), augmented by ``experience.augment`` where the experience has one; the schedule is
     the harness's. Stage 2 runs ``context.epochs`` epochs with the method's optimizer, as PyCIL."""
     name = "bic"
-    hparams = {**incremental_space(),
+    hparams = {**{k: v for k, v in incremental_space().items() if k != "rehearsal"},   # its own split
                "temperature": clh.Float(0.5, 10.0, default=2.0),
                "kd_lambda": clh.Float(0.0, 10.0, default=0.0),
                "split_ratio": clh.Float(0.01, 0.5, default=0.1)}

@@ -5,10 +5,10 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.toolkit.exemplars import ExemplarMemory, rehearsal_batches
+from clharness.toolkit.exemplars import ExemplarMemory, RehearsalLabels, rehearsal_batches, rehearsal_space
 from clharness.toolkit.expansion import (BranchNet, align_weights, clone_module, method_rng, seen_logits,
                                  simple_linear, update_memory)
-from clharness.toolkit.training import SupervisedMethod, TaskLabels, optimizer_space
+from clharness.toolkit.training import SupervisedMethod, optimizer_space
 
 
 class DER(SupervisedMethod):
@@ -42,7 +42,8 @@ class DER(SupervisedMethod):
     # before the first step when a suite trains 1-2 epochs per task.
     hparams = {**optimizer_space(lr=0.1, momentum=0.9, weight_decay=2e-4),
                "aux_weight": clh.Float(0.0, 10.0, default=1.0),       # lambda_a (PyCIL: 1)
-               "weight_align": clh.Choice([True, False])}
+               "weight_align": clh.Choice([True, False]),
+               **rehearsal_space()}
     # GTEP Table 4: lambda (Aux) of iCaRL, PODNet, DER and MEMO
     tuning_space = {"aux_weight": clh.Choice([0.5, 1.0, 1.5, 2.0, 3.0])}
 
@@ -50,8 +51,8 @@ class DER(SupervisedMethod):
         clh.Method.__init__(self, context, **hparams)
         self.model = BranchNet(context.num_classes)
         self.aux_head = None                        # H_t^a, replaced every task
-        self.labels = TaskLabels(context)
         self.memory = ExemplarMemory(context.memory_size)
+        self.labels = RehearsalLabels(context, self.memory, self.hp["rehearsal"])
         self.gen = torch.Generator().manual_seed(context.seed)
         self.seen = torch.zeros(0, dtype=torch.long, device=context.device)
 
@@ -89,7 +90,8 @@ class DER(SupervisedMethod):
         old = [c for c in self.labels.seen if c not in experience.classes]
         self.expand()
         params = [p for p in [*self.model.parameters(), *self.aux_head.parameters()] if p.requires_grad]
-        batches = rehearsal_batches(experience, *self.memory.tensors(), self.task_epochs(), self.gen)
+        batches = rehearsal_batches(experience, *self.memory.tensors(), self.task_epochs(), self.gen,
+                                    self.hp["rehearsal"])
         self.fit(batches, params=params)     # the first task: the suite's first_task_train, if any
         if old and self.hp["weight_align"]:
             align_weights(self.model.head, old, list(experience.classes))

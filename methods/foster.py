@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.toolkit.exemplars import ExemplarMemory, kd_loss, rehearsal_batches
+from clharness.toolkit.exemplars import ExemplarMemory, RehearsalLabels, kd_loss, rehearsal_batches, rehearsal_space
 from clharness.toolkit.expansion import (BranchNet, clone_module, method_rng, phase_trainer, seen_logits,
                                  simple_linear, update_memory)
-from clharness.toolkit.training import SupervisedMethod, TaskLabels, optimizer_space
+from clharness.toolkit.training import SupervisedMethod, optimizer_space
 
 
 def class_balanced_weights(counts: torch.Tensor, beta: float) -> torch.Tensor:
@@ -71,7 +71,8 @@ class FOSTER(SupervisedMethod):
                "kd_weight": clh.Float(0.0, 10.0, default=1.0),         # lambda (KD), PyCIL lambda_okd
                "fe_weight": clh.Float(0.0, 10.0, default=1.0),         # lambda (FE)
                "temperature": clh.Float(0.1, 10.0, default=2.0),
-               "compression_epochs": clh.Int(0, 1000, default=0)}
+               "compression_epochs": clh.Int(0, 1000, default=0),
+               **rehearsal_space()}
     hparams["scheduler"] = clh.Choice(["constant", "steplr", "cosine"], default="cosine")
     # GTEP Table 4: FOSTER's own sets (T, lambda KD, lambda FE, beta1, beta2, post-FT epochs)
     tuning_space = {"temperature": clh.Choice([0.5, 1.0, 1.5, 2.0, 2.5]),
@@ -85,8 +86,8 @@ class FOSTER(SupervisedMethod):
         clh.Method.__init__(self, context, **hparams)
         self.model = BranchNet(context.num_classes)
         self.fe_head = self.old_head = None       # exist only while boosting
-        self.labels = TaskLabels(context)
         self.memory = ExemplarMemory(context.memory_size)
+        self.labels = RehearsalLabels(context, self.memory, self.hp["rehearsal"])
         self.gen = torch.Generator().manual_seed(context.seed)
         self.seen = torch.zeros(0, dtype=torch.long, device=context.device)
         self.old: list[int] = []
@@ -144,10 +145,12 @@ class FOSTER(SupervisedMethod):
         self.teacher, self.model = teacher.eval(), student
         epochs = self.hp["compression_epochs"] or max(1, round(self.context.epochs * 130 / 170))
         trainer = phase_trainer(self, student.parameters(), epochs, weight_decay=0.0)   # PyCIL: no decay
-        self.fit(rehearsal_batches(experience, *self.memory.tensors(), epochs, self.gen),
-                 self.compression_loss, trainer=trainer)
+        self.fit(self.rehearsal(experience, epochs), self.compression_loss, trainer=trainer)
         del self.teacher
         return student
+
+    def rehearsal(self, experience, epochs: int):
+        return rehearsal_batches(experience, *self.memory.tensors(), epochs, self.gen, self.hp["rehearsal"])
 
     def learn(self, experience):
         with method_rng(self.gen, self.context.device):   # snapshots replay new modules' init
@@ -160,16 +163,14 @@ class FOSTER(SupervisedMethod):
         if not self.old:
             branch = self.context.make_backbone()
             self.model.add_branch(branch, branch.out_dim)
-            batches = rehearsal_batches(experience, *self.memory.tensors(), self.task_epochs(), self.gen)
-            self.fit(batches, self.first_loss)
+            self.fit(self.rehearsal(experience, self.task_epochs()), self.first_loss)
             update_memory(self, self.memory, experience, len(self.labels.seen))
             return
         self.w1 = self.class_weights(experience, self.hp["beta1"])
         self.w2 = self.class_weights(experience, self.hp["beta2"])
         self.expand()
         params = [p for p in [*self.model.parameters(), *self.fe_head.parameters()] if p.requires_grad]
-        self.fit(rehearsal_batches(experience, *self.memory.tensors(), self.task_epochs(), self.gen),
-                 self.boosting_loss, params=params)
+        self.fit(self.rehearsal(experience, self.task_epochs()), self.boosting_loss, params=params)
         teacher = self.model
         student = self.compress(experience, teacher)
         self.model = teacher                    # PyCIL herds the new exemplars with the teacher

@@ -5,6 +5,10 @@ network from scratch with a fixed exemplar budget (iCaRL, BiC, WA, PODNet; PyCIL
 - ``ExemplarMemory``: ``memory_size`` exemplars split evenly over the classes seen so far
   (m = K / t, Algorithm 2), each class's list kept in herding order so that reducing it keeps
   its first m (Algorithm 5);
+- ``rehearsal_batches``: epochs over the task's data and the exemplars, by default one shuffled
+  loader over their union at the configured batch size (PyCIL's ``appendent``), so an epoch takes
+  ceil((N + M) / B) optimizer steps (``rehearsal_steps``; ``RehearsalLabels`` gives learning-rate
+  schedules that count);
 - ``ExemplarLearner``: a ``SupervisedMethod`` that trains on the new task's data together with the
   memory (Algorithm 3's training set), keeps the previous model for distillation, rebuilds the
   memory and the class means of its exemplars after each task (Algorithm 2), and offers the
@@ -19,8 +23,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..hparams import Choice
 from ..method import Context, Experience, MethodError
-from .training import NEG, SupervisedMethod, Trainer, optimizer_space
+from .training import NEG, SupervisedMethod, TaskLabels, Trainer, optimizer_space
 
 
 def herding(features: torch.Tensor, m: int) -> torch.Tensor:
@@ -84,28 +89,122 @@ class ExemplarMemory:
         return f"ExemplarMemory(capacity={self.capacity}, size={len(self)}, classes={len(self.x)})"
 
 
+REHEARSAL_MODES = ("joint", "balanced")
+
+
+def rehearsal_steps(n_task: int, n_memory: int, batch_size: int, mode: str = "joint") -> int:
+    """Optimizer steps in one epoch of ``rehearsal_batches``: ceil((N + M) / B) for ``joint`` (one
+    loader over the union, PyCIL), ceil(N / B) for ``balanced`` (the task's batches, each joined by
+    a share of the memory)."""
+    if mode == "joint":
+        return math.ceil((n_task + n_memory) / batch_size)
+    if mode == "balanced":
+        return math.ceil(n_task / batch_size)
+    raise ValueError(f"unknown rehearsal mode {mode!r}; choose one of {REHEARSAL_MODES}")
+
+
 def rehearsal_batches(experience: Experience, memory_x: torch.Tensor, memory_y: torch.Tensor,
-                      epochs: int, generator: torch.Generator):
-    """``epochs`` passes over the union of the task's data and the exemplars (Algorithm 3's training
-    set, PyCIL's ``appendent``): every batch of the task's data is joined by the next
-    ceil(M / batches-per-epoch) exemplars of a fresh permutation of the M exemplars, so each
-    exemplar is seen once per epoch (not re-drawn at random). Exemplars pass through
+                      epochs: int, generator: torch.Generator, mode: str = "joint"):
+    """``epochs`` passes over the union of the task's N samples and the M exemplars (Algorithm 3's
+    training set, PyCIL's ``appendent``), in one of two ways:
+
+    - ``joint`` (default; PyCIL and the authors' code: one shuffled DataLoader over new data and
+      exemplars at the configured batch size B): every epoch is a fresh uniform shuffle of the N + M
+      samples cut into ceil((N + M) / B) batches of B (the last one shorter). The shuffle is drawn as
+      a uniform choice of the N positions that hold task samples (``generator``), the task's
+      samples in the order of its own shuffled stream (``experience.batches``, augmented there) and
+      the exemplars in a fresh permutation (``generator``): together a uniform permutation of the union;
+    - ``balanced``: the task's ceil(N / B) batches, each joined by the next ceil(M / batches per
+      epoch) exemplars of a fresh permutation, so every exemplar is seen once per epoch in fewer,
+      larger batches.
+
+    Without exemplars both are the task's own batches. Exemplars pass through
     ``experience.augment`` when the experience has one (the task's batches arrive augmented)."""
+    if mode not in REHEARSAL_MODES:
+        raise ValueError(f"unknown rehearsal mode {mode!r}; choose one of {REHEARSAL_MODES}")
+    if not len(memory_y):
+        for x, y in experience.batches(epochs=epochs):
+            yield x, y
+        return
+    if mode == "balanced":
+        yield from _balanced_batches(experience, memory_x, memory_y, epochs, generator)
+    else:
+        yield from _joint_batches(experience, memory_x, memory_y, epochs, generator)
+
+
+def _joint_batches(experience, memory_x, memory_y, epochs, generator):
+    n, m, bs = len(experience), len(memory_y), experience.batch_size
+    augment = getattr(experience, "augment", None)
+    stream = iter(experience.batches(epochs=epochs))
+    queue_x, queue_y = [], []          # task samples pulled from the stream, not used yet
+    queued = 0
+
+    def take(k):                       # the next k task samples of the stream, in its order
+        nonlocal queued, queue_x, queue_y
+        while queued < k:
+            x, y = next(stream)
+            queue_x.append(x)
+            queue_y.append(y)
+            queued += len(y)
+        x, y = torch.cat(queue_x), torch.cat(queue_y)
+        queue_x, queue_y, queued = [x[k:]], [y[k:]], queued - k
+        return x[:k], y[:k]
+
+    for _ in range(epochs):
+        is_task = torch.randperm(n + m, generator=generator) < n     # which union positions hold task samples
+        order = torch.randperm(m, generator=generator).to(memory_y.device)
+        used = 0
+        for start in range(0, n + m, bs):
+            where = is_task[start:start + bs]
+            k = int(where.sum())
+            tx, ty = take(k)
+            idx = order[used:used + len(where) - k]
+            used += len(idx)
+            mx = memory_x[idx]
+            mx = augment(mx) if callable(augment) else mx
+            where = where.to(ty.device)
+            x = torch.empty((len(where), *tx.shape[1:]), dtype=tx.dtype, device=tx.device)
+            y = torch.empty(len(where), dtype=ty.dtype, device=ty.device)
+            x[where], y[where] = tx, ty
+            x[~where], y[~where] = mx.to(device=tx.device, dtype=tx.dtype), memory_y[idx].to(ty.device)
+            yield x, y
+
+
+def _balanced_batches(experience, memory_x, memory_y, epochs, generator):
     per_epoch = math.ceil(len(experience) / experience.batch_size)
-    share = math.ceil(len(memory_y) / per_epoch) if len(memory_y) else 0
+    share = math.ceil(len(memory_y) / per_epoch)
     augment = getattr(experience, "augment", None)
     order = None
     for i, (x, y) in enumerate(experience.batches(epochs=epochs)):
-        if share:
-            step = i % per_epoch
-            if step == 0:
-                order = torch.randperm(len(memory_y), generator=generator).to(memory_y.device)
-            idx = order[step * share:(step + 1) * share]
-            if len(idx):
-                mx = memory_x[idx]
-                mx = augment(mx) if callable(augment) else mx
-                x, y = torch.cat([x, mx.to(x.dtype)]), torch.cat([y, memory_y[idx]])
+        step = i % per_epoch
+        if step == 0:
+            order = torch.randperm(len(memory_y), generator=generator).to(memory_y.device)
+        idx = order[step * share:(step + 1) * share]
+        if len(idx):
+            mx = memory_x[idx]
+            mx = augment(mx) if callable(augment) else mx
+            x, y = torch.cat([x, mx.to(x.dtype)]), torch.cat([y, memory_y[idx]])
         yield x, y
+
+
+class RehearsalLabels(TaskLabels):
+    """``TaskLabels`` whose ``epoch_steps`` (what per-epoch learning-rate schedules count) is the
+    step count of ``rehearsal_batches`` over the task and ``memory`` (read when the task is added,
+    i.e. the exemplars of the previous tasks) in ``mode``."""
+
+    def __init__(self, context: Context, memory: ExemplarMemory, mode: str = "joint"):
+        super().__init__(context)
+        rehearsal_steps(0, 0, 1, mode)            # validates the mode
+        self.memory, self.mode = memory, mode
+
+    def add(self, experience: Experience) -> None:
+        super().add(experience)
+        self.epoch_steps = rehearsal_steps(len(experience), len(self.memory), experience.batch_size, self.mode)
+
+
+def rehearsal_space(default: str = "joint") -> dict:
+    """The ``rehearsal`` hyperparameter of the methods that train through ``rehearsal_batches``."""
+    return {"rehearsal": Choice(list(REHEARSAL_MODES), default=default)}
 
 
 def tensor_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, epochs: int,
@@ -140,6 +239,7 @@ class ExemplarLearner(SupervisedMethod):
     def __init__(self, context: Context, **hparams):
         super().__init__(context, **hparams)
         self.memory = ExemplarMemory(context.memory_size)
+        self.labels = RehearsalLabels(context, self.memory, self.hp.get("rehearsal", "joint"))
         self.old_model = None
         self.known: list[int] = []   # classes seen before the current task ("old")
         self.seen_mask = torch.zeros(context.num_classes, dtype=torch.bool, device=context.device)
@@ -173,7 +273,7 @@ class ExemplarLearner(SupervisedMethod):
 
     def train_batches(self, experience: Experience, epochs: int):
         mx, my = self.memory.tensors()
-        return rehearsal_batches(experience, mx, my, epochs, self.gen)
+        return rehearsal_batches(experience, mx, my, epochs, self.gen, self.hp.get("rehearsal", "joint"))
 
     def learn(self, experience: Experience) -> None:
         self.known = list(self.labels.seen)
@@ -241,8 +341,9 @@ class ExemplarLearner(SupervisedMethod):
 
 
 def incremental_space(**kw) -> dict:
-    """PyCIL's optimizer for these methods: SGD with momentum 0.9, weight decay 2e-4, lr 0.1."""
-    return optimizer_space(**{"lr": 0.1, "momentum": 0.9, "weight_decay": 2e-4, **kw})
+    """PyCIL's optimizer for these methods: SGD with momentum 0.9, weight decay 2e-4, lr 0.1; and
+    how the exemplars join the task's data (``rehearsal``, see ``rehearsal_batches``)."""
+    return {**optimizer_space(**{"lr": 0.1, "momentum": 0.9, "weight_decay": 2e-4, **kw}), **rehearsal_space()}
 
 
 def kd_loss(logits: torch.Tensor, old_logits: torch.Tensor, T: float) -> torch.Tensor:

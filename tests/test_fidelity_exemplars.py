@@ -1,0 +1,128 @@
+"""Issue 28 (items 3, 6, 8 and WA from 12): the exemplar methods against their reference code.
+
+- item 3: PyCIL (G-U-N/PyCIL ``models/*.py``) trains one shuffled DataLoader over the task's data and
+  the exemplars (``appendent``) at the configured batch size, so an epoch is ceil((N + M) / B)
+  optimizer steps; ``rehearsal = "joint"`` (default) does that, ``"balanced"`` keeps the old batches;
+- item 6: MEMO trains the shared blocks (PyCIL ``exps/memo.json`` ``train_base: true``); X-DER ships
+  mammoth's ``best_args`` (seq-cifar100, buffers 500 and 2000) as presets;
+- item 8: FOSTER can predict with the student (default) or PyCIL's two-backbone teacher; BiC's
+  stage 2 runs the network in train mode (PyCIL) or eval mode;
+- item 12 (WA): the authors' code (bwbwzhao/Weight-Aligning ``iLearn.py``/``main.py``) aligns
+  with L1 norms, clamps gamma at 1 and has no FC bias; PyCIL's L2/unclamped/bias are options.
+
+Every expectation is written out by hand on a tiny case (a 2x2 one-channel input, a 2-layer MLP)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import clharness as clh
+from clharness.data.base import ArrayDataset, TensorData
+from clharness.toolkit.backbones import MLP
+from clharness.toolkit.exemplars import rehearsal_batches
+from clharness.toolkit.training import listen_to_losses
+from clharness_methods import REFERENCE_METHODS
+
+METHODS = {cls.name: cls for cls in REFERENCE_METHODS}
+BS = 4
+
+
+def tiny_data(classes, per_class=5, seed=0):
+    """uint8 2x2 images, normalised as x / 255 (mean 0, std 1); pixel 0 is the sample's id (distinct)."""
+    g = torch.Generator().manual_seed(seed)
+    n = per_class * len(classes)
+    images = torch.randint(0, 256, (n, 1, 2, 2), generator=g, dtype=torch.uint8)
+    images[:, 0, 0, 0] = torch.arange(n, dtype=torch.uint8) + 10 * seed
+    labels = torch.tensor(list(classes) * per_class)
+    return TensorData(ArrayDataset(images, labels, [str(c) for c in range(10)]), [0.0], [1.0])
+
+
+def experience(classes, seed=0, per_class=5, task_id=None):
+    return clh.Experience(tiny_data(classes, per_class, seed), tuple(classes), task_id, BS, seed)
+
+
+def tiny_context(memory_size=6, epochs=2, num_classes=4, backbone=None):
+    return clh.Context(clh.Setting.CLASS_IL, num_classes, (1, 2, 2), seed=0, epochs=epochs, batch_size=BS,
+                       memory_size=memory_size,
+                       backbone_factory=backbone or (lambda: MLP((1, 2, 2), hidden=6, layers=1)))
+
+
+def count_steps(fn):
+    losses = []
+    with listen_to_losses(losses.append):
+        fn()
+    return len(losses)
+
+
+# --- item 3: one shuffled loader over new data and exemplars ---------------------------------------------
+
+def test_joint_rehearsal_is_one_shuffled_pass_over_the_union_per_epoch():
+    exp = experience((0, 1))                                   # N = 10 task samples, ids 0..9 (x 255)
+    mx = torch.full((5, 1, 2, 2), 0.5)
+    mx[:, 0, 0, 0] = torch.arange(100, 105) / 255.0            # M = 5 exemplars, ids 100..104
+    my = torch.tensor([2, 2, 3, 3, 3])
+    gen = torch.Generator().manual_seed(0)
+    epochs = 400
+    batches = list(rehearsal_batches(exp, mx, my, epochs, gen))
+    per_epoch = math.ceil((10 + 5) / BS)                       # ceil((N + M) / B) = 4 (today: ceil(N / B) = 3)
+    assert len(batches) == epochs * per_epoch
+    ids = lambda x: torch.round(x[:, 0, 0, 0] * 255).long().tolist()   # noqa: E731
+    union = sorted(list(range(10)) + list(range(100, 105)))
+    memory_share = torch.zeros(per_epoch)
+    for e in range(epochs):
+        epoch = batches[e * per_epoch:(e + 1) * per_epoch]
+        assert [len(y) for _, y in epoch] == [4, 4, 4, 3]      # batches of B, the last one shorter
+        assert sorted(i for x, _ in epoch for i in ids(x)) == union   # every sample exactly once
+        for j, (x, y) in enumerate(epoch):
+            is_memory = torch.tensor(ids(x)) >= 100
+            assert torch.equal(y[is_memory], my[torch.tensor(ids(x))[is_memory] - 100])   # labels follow samples
+            memory_share[j] += is_memory.float().mean() / epochs
+    # a uniform shuffle of the union: each batch holds exemplars in proportion M / (N + M) = 1/3 on average
+    assert torch.allclose(memory_share, torch.full((per_epoch,), 1 / 3), atol=0.06), memory_share
+
+
+def test_balanced_rehearsal_keeps_the_task_batches_with_a_share_of_the_memory():
+    from clharness.toolkit.exemplars import rehearsal_steps
+    exp = experience((0, 1))
+    mx, my = torch.zeros(5, 1, 2, 2), torch.tensor([2, 2, 3, 3, 3])
+    batches = list(rehearsal_batches(exp, mx, my, 1, torch.Generator().manual_seed(0), "balanced"))
+    assert [len(y) for _, y in batches] == [4 + 2, 4 + 2, 2 + 1]   # ceil(N / B) batches, ceil(M / 3) exemplars each
+    assert rehearsal_steps(10, 5, BS, "balanced") == 3 and rehearsal_steps(10, 5, BS) == 4
+    with pytest.raises(ValueError):
+        rehearsal_steps(10, 5, BS, "mixed")
+
+
+EXPECTED_PHASES = {   # optimizer steps of the second task, per epoch of each phase that rehearses
+    "icarl": {}, "wa": {}, "der": {}, "memo": {},
+    "foster": {"compression_epochs": 1},                         # boosting + 1 compression epoch
+    "beef": {"fusion_epochs": 1, "energy_weight": 0.0},          # expansion (+ fusion on its balanced set)
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_PHASES))
+@pytest.mark.parametrize("mode", ["joint", "balanced"])
+def test_exemplar_methods_take_the_reference_steps_per_epoch(name, mode):
+    """Task 2 of a 2 x 2-class split, N = 10 new samples, M = 6 exemplars (memory 6), B = 4, 2 epochs:
+    PyCIL takes ceil(16 / 4) = 4 steps per epoch (joint), the balanced batches ceil(10 / 4) = 3."""
+    torch.manual_seed(0)
+    chosen = {"rehearsal": mode} if mode == "balanced" else {}    # joint: the default
+    method = METHODS[name](tiny_context(), **chosen, **EXPECTED_PHASES[name])
+    method.learn(experience((0, 1), seed=0))
+    assert len(method.memory) == 6
+    steps = count_steps(lambda: method.learn(experience((2, 3), seed=1)))
+    per_epoch = 4 if mode == "joint" else 3
+    assert method.labels.epoch_steps == per_epoch               # what the learning-rate schedules count
+    expected = 2 * per_epoch
+    if name == "foster":
+        expected += 1 * per_epoch                                 # compression rehearses the same union
+    if name == "beef":
+        expected += math.ceil((3 * 2 + 6) / BS)                   # fusion: 3 per new class + 6 exemplars
+    assert steps == expected
+
+
+def test_rehearsal_default_is_joint_for_every_method_that_rehearses():
+    for name in ("icarl", "wa", "der", "memo", "foster", "beef", "podnet"):
+        assert METHODS[name].hparams["rehearsal"].default == "joint", name
+    assert "rehearsal" not in METHODS["bic"].hparams    # BiC builds its own split of the union
