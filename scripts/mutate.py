@@ -126,6 +126,14 @@ MUTATIONS: tuple[Mutation, ...] = (
              '    if not config.getoption("clh_fresh"):\n        record = clh.store.reusable(',
              '    if True:\n        record = clh.store.reusable(',
              ("tests/test_pytest_plugin.py::test_stored_runs_are_reused_and_clh_fresh_reruns_them",)),
+    # ER-ACE (issue 28): the asymmetric mask and the memory update after every step
+    Mutation("ace-masks-unseen-classes", "methods/ace.py",
+             "masked_fill(self.seen & ~present, NEG)", "masked_fill(~present, NEG)",
+             ("tests/test_fidelity_replay.py::test_ace_incoming_loss_masks_only_the_old_classes_absent_from_the_batch",)),
+    Mutation("ace-memory-after-the-task", "methods/ace.py",
+             "            self.buffer.add(x, y)   # the raw incoming batch, after the step (both references)\n",
+             "",
+             ("tests/test_fidelity_replay.py::test_ace_memory_takes_each_incoming_batch_after_its_step",)),
 )
 
 

@@ -31,25 +31,33 @@ def blobs(labels, seed=0):
     return x, labels
 
 
-def test_ace_masks_classes_absent_from_the_incoming_batch():
+def test_ace_masks_the_old_classes_absent_from_the_incoming_batch():
+    # ER-ACE's L_inc (AML methods/er_ace.py): old classes absent from the batch are masked; classes never
+    # seen keep their logits (issue 28: before, every class but the batch's was masked)
     torch.manual_seed(0)
     x, y = blobs(torch.tensor([0, 1, 0, 1, 1, 0, 0, 1, 0, 1]))
+    old_x, old_y = blobs(torch.tensor([2, 3] * 5), seed=3)
     for cls, zero in ((ACE, True), (ER, False)):
         torch.manual_seed(0)
         m = cls(ctx(), buffer="reservoir")
+        if cls is ACE:
+            m.incoming_loss(m.model(old_x), old_y)   # an earlier batch: classes 2, 3 are old
         m.model.zero_grad()
         m.replay_loss(x, y).backward()          # empty memory: the incoming term only
-        absent = m.model.head.weight.grad[2:].abs().sum().item()
+        absent = m.model.head.weight.grad[2:4].abs().sum().item()
         assert (absent == 0) is zero, (cls.name, absent)
+        assert m.model.head.weight.grad[4].abs().sum() > 0      # class 4, never seen, keeps its logit
     # with a memory of other classes, the replay term is an ordinary cross-entropy over all of them
     m = ACE(ctx())
+    m.incoming_loss(m.model(old_x), old_y)
     m.buffer.add(*blobs(torch.tensor([2, 3, 4] * 4), seed=1))
     m.model.zero_grad()
     m.replay_loss(x, y).backward()
     assert m.model.head.weight.grad[2:].abs().sum() > 0
-    # the incoming term equals the cross-entropy restricted to the present classes' logits
+    # the incoming term equals the cross-entropy restricted to the present and the unseen classes' logits
     logits = m.model(x)
-    assert m.incoming_loss(logits, y).item() == pytest.approx(F.cross_entropy(logits[:, :2], y).item(), rel=1e-5)
+    assert m.incoming_loss(logits, y).item() == pytest.approx(F.cross_entropy(logits[:, [0, 1, 4]], y).item(),
+                                                              rel=1e-5)
 
 
 def test_cbrs_keeps_the_memory_class_balanced_under_imbalance():

@@ -1,0 +1,133 @@
+"""Issue 28 (items 1, 2, 9, 12): ER-ACE, CWR*, CLS-ER, A-GEM, GMED and LwF's Avalanche option against
+their references, each pinned on a tiny hand-made case whose expected value is the reference's
+formula written out by hand (never our own output)."""
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import clharness as clh
+from clharness.toolkit.backbones import MLP
+from clharness_methods import REFERENCE_METHODS
+
+METHODS = {cls.name: cls for cls in REFERENCE_METHODS}
+
+
+class Rows:
+    """A tiny training set whose batches come in a fixed order (no shuffling). ``view`` (optional)
+    plays the suite's augmentation recipe: a training view of a raw batch."""
+
+    def __init__(self, x, y, view=None):
+        self.x, self.labels, self.view = x, y, view
+        self.recipe = view            # Experience.augmenting: a recipe is set
+
+    def __len__(self):
+        return len(self.labels)
+
+    def batches(self, batch_size, shuffle=True, generator=None, augment=None):
+        for i in range(0, len(self.labels), batch_size):
+            x = self.x[i:i + batch_size]
+            yield (self.view(x) if augment is not None else x), self.labels[i:i + batch_size]
+
+    def augment(self, x, generator):
+        return self.view(x)
+
+
+def experience(classes, n=8, batch_size=4, task_id=None, view=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.tensor(classes).repeat(n // len(classes))
+    x = torch.randn(len(y), 1, 2, 2, generator=g)
+    return clh.Experience(Rows(x, y, view), tuple(classes), task_id, batch_size, seed)
+
+
+def ctx(num_classes=4, memory_size=100, setting=clh.Setting.CLASS_IL, backbone=None, **kw):
+    return clh.Context(setting, num_classes, (1, 2, 2), seed=0, epochs=1, batch_size=4, memory_size=memory_size,
+                       backbone_factory=backbone or (lambda: MLP((1, 2, 2), hidden=5, layers=1)), **kw)
+
+
+def hand_ce(logits, y, classes=None):
+    """-log softmax(logits[:, classes])[y], averaged: the cross-entropy over ``classes`` written out."""
+    classes = list(range(logits.shape[1])) if classes is None else classes
+    kept = logits[:, classes]
+    col = torch.tensor([classes.index(int(c)) for c in y])
+    return (torch.logsumexp(kept, 1) - kept[torch.arange(len(y)), col]).mean()
+
+
+# --- ER-ACE (Caccia et al. 2022; pclucas14/AML methods/er_ace.py, Mammoth models/er_ace.py) -----------
+
+def test_ace_incoming_loss_masks_only_the_old_classes_absent_from_the_batch():
+    torch.manual_seed(0)
+    ace = METHODS["ace"](ctx())
+    first, second = torch.randn(2, 4), torch.randn(3, 4)
+    # nothing seen before: no class is old, every logit competes (AML: mask[:, seen.max():] = 1)
+    assert ace.incoming_loss(first, torch.tensor([0, 1])).item() == pytest.approx(
+        hand_ce(first, torch.tensor([0, 1])).item(), rel=1e-6)
+    # classes 0, 1 are old and absent: masked; 2 is present; 3 was never seen: it keeps its logit
+    y = torch.tensor([2, 2, 2])
+    assert ace.incoming_loss(second, y).item() == pytest.approx(hand_ce(second, y, [2, 3]).item(), rel=1e-6)
+
+
+def test_ace_replay_loss_is_the_masked_incoming_ce_plus_the_replayed_ce_over_all_classes():
+    torch.manual_seed(0)
+    ace = METHODS["ace"](ctx())
+    mx, my = torch.randn(2, 1, 2, 2), torch.tensor([0, 1])
+    ace.buffer.add(mx, my)
+    ace.seen[[0, 1]] = True
+    x, y = torch.randn(2, 1, 2, 2), torch.tensor([2, 2])
+    with torch.no_grad():
+        expected = hand_ce(ace.model(x), y, [2, 3]) + hand_ce(ace.model(mx), my)
+        assert ace.replay_loss(x, y).item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def _spy_on_replay(ace):
+    """Record, at every replay draw, the labels the memory holds."""
+    held, sample = [], ace.buffer.sample
+
+    def spy(n, gen=None):
+        held.append(ace.buffer.tensors()[1].tolist())
+        return sample(n, gen)
+    ace.buffer.sample = spy
+    return held
+
+
+def test_ace_memory_takes_each_incoming_batch_after_its_step():
+    torch.manual_seed(0)
+    ace = METHODS["ace"](ctx())
+    held = _spy_on_replay(ace)
+    ace.learn(experience([0, 1]))                       # 2 steps of 4
+    assert held == [[0, 1, 0, 1]]                       # the second step replays the first batch
+    ace.learn(experience([2, 3], seed=1))
+    # task 2, step 2: the memory already holds task 2's first batch (the references add after every step)
+    assert held[2] == [0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3]
+    assert len(ace.buffer) == 16
+
+
+def test_ace_first_task_plain_trains_the_first_task_without_mask_or_replay():
+    torch.manual_seed(0)
+    ace = METHODS["ace"](ctx(), first_task="plain")     # Mammoth: replay and mask from task 2
+    held = _spy_on_replay(ace)
+    ace.learn(experience([0, 1]))
+    assert held == [] and len(ace.buffer) == 8          # filled, never drawn
+    ace.learn(experience([2, 3], seed=1))
+    assert len(held) == 2                               # task 2 replays from its first step
+    # under "plain" the first task's loss is the ordinary cross-entropy, old absent classes included
+    ace.plain = True
+    ace.seen[:] = True
+    x, y = torch.randn(2, 1, 2, 2), torch.tensor([1, 1])
+    with torch.no_grad():
+        assert ace.replay_loss(x, y).item() == pytest.approx(hand_ce(ace.model(x), y).item(), rel=1e-6)
+
+
+def test_ace_learns_under_augmentation_and_keeps_raw_views():
+    torch.manual_seed(0)
+    ace = METHODS["ace"](ctx())
+    seen_inputs = []
+    ace.model.register_forward_pre_hook(lambda module, args: seen_inputs.append(args[0].detach().clone()))
+    exp = experience([0, 1], view=lambda x: x + 100.0)
+    ace.learn(exp)                                      # raised TypeError (augment=) before
+    raw = exp.data.x
+    # every forward during training saw augmented views (the incoming and the replayed batch alike)
+    assert len(seen_inputs) == 3 and all((v > 50).all() for v in seen_inputs)
+    assert torch.equal(ace.buffer.tensors()[0], raw)    # the memory keeps the raw views
