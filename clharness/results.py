@@ -41,6 +41,9 @@ class RunRecord:
     # result can differ between 1 and 2 threads (Ray workers run 1). Recorded, not part of the key.
     cpu_threads: int = 0
     dataset: str = ""                       # dataset identity (name and options)
+    # the backbone's weights: the full timm tag of pretrained or checkpoint weights ("vit_base_patch16_224.
+    # augreg_in21k_ft_in1k"), "<model> (random init)" for an untrained timm model, "" for other backbones
+    weights: str = ""
     method_version: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     key: str = ""

@@ -118,6 +118,15 @@ MUTATIONS: tuple[Mutation, ...] = (
              "torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)",
              "torch.optim.SGD(params, lr=lr, momentum=momentum)",
              ("tests/test_training.py",)),
+    # the PTM input pipeline and weights (issue 29 items 1-2)
+    Mutation("ptm-none-means-imagenet", "clharness/toolkit/backbones.py",
+             '    if normalize == "none":\n        return [0.0], [1.0]\n',
+             '    if normalize == "none":\n        return list(IMAGENET_MEAN), list(IMAGENET_STD)\n',
+             ("tests/test_ptm_input.py::test_each_ptm_suite_feeds_its_reference_code_inputs_black_0_white_1",)),
+    Mutation("checkpoint-tag-unchecked", "clharness/toolkit/backbones.py",
+             "        check_checkpoint(model, path)   # a file of other weights than the suite names is refused\n",
+             "",
+             ("tests/test_ptm_input.py::test_a_checkpoint_of_other_weights_is_refused_with_both_names",)),
     # results store and the plugin's reuse logic
     Mutation("failed-runs-reused", "clharness/results.py",
              'REUSABLE = ("passed", "diverged", "not-applicable")', 'REUSABLE = ("passed", "diverged", "not-applicable", "failed")',

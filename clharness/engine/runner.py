@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .. import __version__, metrics
-from ..toolkit.backbones import WeightsMissing
+from ..toolkit.backbones import WeightsMissing, weights_identity
 from ..hparams import resolve
 from ..method import Context, Diverged, Method, MethodError, Setting
 from ..results import RunRecord, run_key
@@ -119,6 +119,7 @@ def run_case(case: Case, harness, device: torch.device, data_root: Path | None =
             record.status, record.message = "error", f"{type(exc).__name__}: {exc}"
             return record
         record.dataset = scenario.dataset
+        record.weights = weights_identity(case.scenario.backbone, case.scenario.backbone_options)
         record.class_order = scenario.class_names
         _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_task)
     finally:

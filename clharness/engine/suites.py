@@ -65,6 +65,9 @@ class ScenarioSpec:
     augment: str = "none"                 # training augmentation recipe (clharness.toolkit.augment)
     first_task_train: dict | None = None  # the first task's fixed training (FIRST_TASK_KEYS), e.g. GTEP Table 3
     select_hparams: dict | None = None    # hyperparameters chosen on the first tasks' validation (hparam_selection)
+    # how pixels become the backbone's inputs: "dataset" | "none" | "imagenet" | "timm"
+    # (clharness.toolkit.backbones.input_normalization; pretrained-model suites name their papers' choice)
+    normalize: str = "dataset"
 
     @property
     def setting_enum(self):
@@ -77,11 +80,11 @@ _TYPES = {"name": str, "dataset": str, "kind": str, "setting": str, "dataset_opt
           "class_order": str, "epochs": int, "batch_size": int, "eval_batch_size": int, "memory_size": int,
           "backbone": str, "backbone_options": dict, "image_size": list, "channels": int,
           "max_train_per_class": int, "max_test_per_class": int, "amp": bool, "augment": str,
-          "first_task_train": dict, "select_hparams": dict}
+          "first_task_train": dict, "select_hparams": dict, "normalize": str}
 SCENARIO_KEYS = tuple(f.name for f in fields(ScenarioSpec) if f.name != "options")
 # Keys added after records were first stored: left out of a run's definition (its record key)
 # while they hold these defaults, so the keys of existing runs do not change.
-LATER_KEYS = {"augment": "none", "first_task_train": None, "select_hparams": None}
+LATER_KEYS = {"augment": "none", "first_task_train": None, "select_hparams": None, "normalize": "dataset"}
 # first_task_train = { epochs = 200, lr = 0.1, milestones = [60, 120, 170], lr_decay = 0.1, weight_decay = 5e-4 }
 FIRST_TASK_KEYS = {"epochs": int, "lr": (int, float), "milestones": list, "lr_decay": (int, float),
                    "weight_decay": (int, float)}
@@ -103,7 +106,8 @@ def spec_definition(spec: ScenarioSpec) -> dict[str, Any]:
 # Scenario kinds (benchmark families) come from the clharness_add_kinds hook: clharness.kinds holds
 # their registry and documents a kind's interface (OPTIONS, build, check, collect, sections).
 SETTINGS = ("class-incremental", "task-incremental", "online")   # clharness.Setting values
-CHOICES = {"setting": SETTINGS, "class_order": ("seed", "fixed")}   # kind: checked against clharness.kinds
+CHOICES = {"setting": SETTINGS, "class_order": ("seed", "fixed"),
+           "normalize": ("dataset", "none", "imagenet", "timm")}   # toolkit.backbones.NORMALIZATIONS   # kind: checked against clharness.kinds
 SUITE_KEYS = ("name", "description", "seeds", "methods", "planned_methods")
 RESOURCE_KEYS = ("cpus_per_run", "gpus_per_run")   # Ray task resources per run (--clh-ray), any scenario table
 TOP_KEYS = ("suite", "defaults", "quick", "scenario", "hparams", "gates")

@@ -5,6 +5,7 @@ whose forward maps normalised inputs (N, C, H, W) to penultimate features (N, ou
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import os
@@ -237,8 +238,10 @@ def timm_backbone(input_shape, model: str = "vit_base_patch16_224", pretrained: 
     allows it (``allow_downloads``, --clh-download). ``checkpoint``: a local weights file, loaded
     through timm's pretrained path (``pretrained_cfg_overlay=dict(file=...)``) so the usual
     adaptations (input channels, position-embedding resampling, dropped classifier) apply; loading
-    fails if any backbone weight is missing from the file. ``img_size``: passed to models that take
-    it; by default the input's (H, W) is offered to models that accept ``img_size`` (ViTs)."""
+    fails if any backbone weight is missing from the file, and the file is refused (WeightsMismatch)
+    when it names other weights than ``model`` does (``checkpoint_tag``: a bare architecture name means
+    the weights timm resolves it to, ``full_tag``). ``img_size``: passed to models that take it; by
+    default the input's (H, W) is offered to models that accept ``img_size`` (ViTs)."""
     import timm
 
     kwargs = dict(num_classes=0, in_chans=input_shape[0], **timm_kwargs)
@@ -250,6 +253,7 @@ def timm_backbone(input_shape, model: str = "vit_base_patch16_224", pretrained: 
             raise WeightsMissing(f"timm backbone {model!r}: checkpoint file {str(path)!r} does not exist. Fix: point "
                                  "checkpoint = \"PATH\" in the suite's backbone_options at a weights file on this "
                                  "machine, or drop checkpoint and use pretrained = true with --clh-download")
+        check_checkpoint(model, path)   # a file of other weights than the suite names is refused
         kwargs.update(pretrained_cfg_overlay=dict(file=str(path)))
         pretrained = True
     sizes = [img_size] if img_size is not None else [tuple(input_shape[1:]), None]
@@ -353,7 +357,8 @@ def vit_b16_clip(input_shape, pretrained: bool = True, model: str = "vit_base_pa
                  **options) -> TimmBackbone:
     """CLIP ViT-B/16 image encoder (OpenAI weights through timm; CLDyB fig. 11), its 768-d pooled
     [CLS] feature before CLIP's projection. Pretrained by default, weights as for ``vit-b16-in21k``.
-    CLIP was trained on inputs normalised with its own mean/std; the suite's normalisation is kept."""
+    CLIP was trained on inputs normalised with its own mean/std: a scenario's ``normalize = "timm"``
+    feeds it those (``input_normalization``); otherwise the scenario's own normalisation applies."""
     return timm_backbone(input_shape, model=model, pretrained=pretrained, **options)
 
 
@@ -369,3 +374,157 @@ BUILTIN_BACKBONES = {
     "vit-b16-in21k": vit_b16_in21k,
     "vit-b16-clip": vit_b16_clip,
 }
+
+
+# --- what the input pipeline feeds a backbone, and which weights it holds --------------------------------
+
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+# A scenario's ``normalize`` key: how pixels in [0, 1] become the backbone's inputs, x' = (x - mean) / std.
+#   "dataset":  the dataset source's own statistics (in-memory data: its train split's per-channel mean
+#               and std; image trees: ImageNet's), the harness's behaviour before the key existed;
+#   "none":     the [0, 1] tensors themselves (mean 0, std 1): what LAMDA-PILOT, L2P/DualPrompt-pytorch and
+#               their descendants feed their pretrained ViTs (ToTensor, no Normalize);
+#   "imagenet": ImageNet's mean (0.485, 0.456, 0.406) and std (0.229, 0.224, 0.225);
+#   "timm":     the mean and std of the timm model's ``pretrained_cfg`` (augreg ViTs: 0.5 and 0.5, CLIP: its
+#               own), i.e. what the weights were trained on.
+NORMALIZATIONS = ("dataset", "none", "imagenet", "timm")
+
+
+def _factory_default(backbone: str, option: str):
+    factory = BUILTIN_BACKBONES.get(backbone)
+    if factory is None:
+        return None
+    param = inspect.signature(factory).parameters.get(option)
+    return None if param is None or param.default is inspect.Parameter.empty else param.default
+
+
+def timm_model(backbone: str, options: dict | None = None) -> str | None:
+    """The timm model name a registered backbone builds with these options (None: not a timm model)."""
+    options = options or {}
+    if backbone in ("efficientnet-b1", "resnet34"):
+        return backbone.replace("-", "_")
+    model = options.get("model", _factory_default(backbone, "model"))
+    return model if isinstance(model, str) else None
+
+
+def full_tag(model: str) -> str:
+    """``architecture.tag`` of a timm model name: a bare architecture resolves to the weights timm picks
+    for it (timm >= 1.0: ``vit_base_patch16_224`` -> ``vit_base_patch16_224.augreg2_in21k_ft_in1k``).
+    Names timm has no pretrained weights for come back unchanged."""
+    if "." in model or model.startswith(("hf-hub:", "hf_hub:")):
+        return model
+    import timm
+    cfg = timm.models.get_pretrained_cfg(model)
+    tag = getattr(cfg, "tag", None) if cfg is not None else None
+    return f"{model}.{tag}" if tag else model
+
+
+def input_normalization(normalize: str = "dataset", backbone: str = "", options: dict | None = None,
+                        dataset_stats=None) -> tuple[list[float], list[float]]:
+    """(mean, std) per channel for a scenario's ``normalize`` (see NORMALIZATIONS), the one place that
+    decides it for every family: ``backbone`` and ``options`` are the scenario's (``"timm"`` reads the
+    model's ``pretrained_cfg``), ``dataset_stats`` a callable giving the dataset's own (``"dataset"``)."""
+    if normalize == "dataset":
+        if dataset_stats is None:
+            raise ValueError('normalize = "dataset" needs the dataset\'s statistics')
+        return dataset_stats()
+    if normalize == "none":
+        return [0.0], [1.0]
+    if normalize == "imagenet":
+        return list(IMAGENET_MEAN), list(IMAGENET_STD)
+    if normalize == "timm":
+        model = timm_model(backbone, options)
+        if model is None:
+            raise ValueError(f'normalize = "timm" needs a timm backbone; backbone {backbone!r} is not one '
+                             '(use "dataset", "none" or "imagenet")')
+        import timm
+        cfg = timm.models.get_pretrained_cfg(model) if not model.startswith(("hf-hub:", "hf_hub:")) else None
+        if cfg is None or not cfg.mean or not cfg.std:
+            raise ValueError(f'normalize = "timm": timm names no pretrained mean/std for {model!r}')
+        return [float(v) for v in cfg.mean], [float(v) for v in cfg.std]
+    raise ValueError(f"normalize = {normalize!r}; allowed: {', '.join(NORMALIZATIONS)}")
+
+
+def weights_identity(backbone: str, options: dict | None = None) -> str:
+    """What a run's record stores about its backbone's weights: the full timm tag of pretrained (or
+    checkpoint) weights, ``"<model> (random init)"`` for an untrained timm model, "" otherwise."""
+    options = options or {}
+    model = timm_model(backbone, options)
+    if model is None:
+        return ""
+    pretrained = options.get("pretrained", _factory_default(backbone, "pretrained")) or options.get("checkpoint")
+    if not pretrained:
+        return f"{model} (random init)"
+    try:
+        return full_tag(model)
+    except Exception:   # a name timm does not know: the run itself reports it
+        return model
+
+
+class WeightsMismatch(WeightsMissing):
+    """A checkpoint that holds other weights than the ones the suite names."""
+
+
+TAG_KEY = "timm_model"   # where save_checkpoint writes the full tag (torch dict key / safetensors metadata)
+
+
+def save_checkpoint(state_dict: dict, path, model: str) -> Path:
+    """Write ``state_dict`` as a checkpoint that names its weights (``model``'s full tag): safetensors
+    metadata for a ``.safetensors`` path, else a torch file {"state_dict": ..., "timm_model": tag} (timm
+    loads both)."""
+    path = Path(path)
+    tag = full_tag(model)
+    if path.suffix == ".safetensors":
+        from safetensors.torch import save_file
+        save_file({k: v.contiguous() for k, v in state_dict.items()}, str(path), metadata={TAG_KEY: tag})
+    else:
+        torch.save({"state_dict": state_dict, TAG_KEY: tag}, path)
+    return path
+
+
+def checkpoint_tag(path) -> str | None:
+    """The full timm tag a weights file names, None when it names none: the tag the file carries
+    (``save_checkpoint``), else the ``config.json`` beside it (timm's hub layout: architecture and
+    pretrained_cfg.tag), else its Hugging Face cache folder (``models--timm--<model.tag>``)."""
+    import json
+    path = Path(path)
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors import safe_open
+            with safe_open(str(path), framework="pt") as f:
+                tag = (f.metadata() or {}).get(TAG_KEY)
+        else:
+            try:
+                obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError:   # not a zip file: mmap is unavailable
+                obj = torch.load(path, map_location="cpu", weights_only=True)
+            tag = obj.get(TAG_KEY) if isinstance(obj, dict) else None
+    except Exception:   # unreadable here: timm's own loader reports it
+        tag = None
+    if isinstance(tag, str) and tag:
+        return tag
+    config = path.parent / "config.json"
+    if config.is_file():
+        try:
+            data = json.loads(config.read_text())
+            arch, tag = data.get("architecture"), (data.get("pretrained_cfg") or {}).get("tag")
+            if arch and tag:
+                return f"{arch}.{tag}"
+        except (ValueError, OSError):
+            pass
+    for part in reversed(path.parts):
+        if part.startswith("models--timm--"):
+            return part[len("models--timm--"):]
+    return None
+
+
+def check_checkpoint(model: str, path) -> None:
+    """Refuse a checkpoint whose weights are not the ones ``model`` names (WeightsMismatch)."""
+    found = checkpoint_tag(path)
+    named = full_tag(model)
+    if found is not None and found != named:
+        raise WeightsMismatch(
+            f"timm backbone {model!r}: checkpoint {str(path)!r} holds the weights "
+            f"{found!r}, but the suite names {named!r}"
+            f"{f' (timm resolves {model!r} to it)' if named != model else ''}. Fix: name the weights the paper "
+            f"used in full (model = \"{found}\" if these are the ones), or point checkpoint at a file of {named!r}")

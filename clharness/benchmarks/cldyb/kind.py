@@ -134,11 +134,21 @@ def add_entry(pool, entry: dict, datasets, data_root, download) -> list[str]:
     return pool.add(_entry_name(entry), source, data_root, download)
 
 
-def make_pool(entries, settings: dict, datasets, device, data_root=None, download=False, augment="none"):
+def make_pool(entries, settings: dict, datasets, device, data_root=None, download=False, augment="none",
+              spec: ScenarioSpec | None = None):
+    """The pool of ``entries``; ``spec`` (the scenario) decides the inputs' normalisation (its
+    ``normalize``, through clharness.toolkit.backbones.input_normalization; default: the first
+    dataset's statistics)."""
+    import functools
+
     from ...toolkit import augment as augmentation
+    from ...toolkit.backbones import input_normalization
     from .pool import DataPool
     pool = DataPool(device, **settings)
     pool.recipe = augmentation.get(augment)
+    if spec is not None:
+        pool.normalization = functools.partial(input_normalization, spec.normalize, spec.backbone,
+                                               spec.backbone_options)
     for entry in entries:
         add_entry(pool, entry, datasets, data_root, download)
     return pool
@@ -153,7 +163,7 @@ def build(spec: ScenarioSpec, datasets, seed, device, data_root=None, download=F
                          "items (collected from a suite file); set sequence = \"file.json\" to replay one")
     seq = seqmod.load(path)
     entries = spec.options["pool"] or [*seq["pool"], *seq.get("pool_growth", [])]
-    pool = make_pool(entries, seq["pool_settings"], datasets, device, data_root, download, spec.augment)
+    pool = make_pool(entries, seq["pool_settings"], datasets, device, data_root, download, spec.augment, spec)
     return seqmod.replay(seq, pool, spec, seed, where=f"sequence {path}")
 
 
@@ -188,7 +198,7 @@ def run_search(suite_name: str, spec: ScenarioSpec, job: Job, hparams: dict, har
     random_order = job.use_case in ("random", "heldout")
     entries = o["heldout_pool"] if job.use_case == "heldout" else o["pool"]
     growth = [] if job.use_case == "heldout" else o["pool_growth"]
-    pool = make_pool(entries, settings, harness.datasets, device, data_root, download, spec.augment)
+    pool = make_pool(entries, settings, harness.datasets, device, data_root, download, spec.augment, spec)
     cfg = search_config(spec, "random" if random_order else None)
     shape = SimpleNamespace(setting=Setting.CLASS_IL, num_classes=cfg.classes_per_task * cfg.steps,
                             input_shape=pool.input_shape, tasks=[])

@@ -64,6 +64,8 @@ class DataPool:
         self.classes: dict[str, PoolClass] = {}
         self.used: set[str] = set()
         self.files: bool | None = None          # file trees or in-memory arrays (one kind per pool)
+        # (mean, std) from the first dataset's statistics callable; make_pool sets the scenario's normalize
+        self.normalization = _dataset_statistics
         self.mean: list[float] | None = None
         self.std: list[float] | None = None
 
@@ -89,7 +91,7 @@ class DataPool:
         if not files:
             train, test = self._conform(train), self._conform(test)
         if self.mean is None:
-            self.mean, self.std = train.channel_stats()
+            self.mean, self.std = self.normalization(dataset_stats=train.channel_stats)
         src = len(self.sources)
         self.sources.append(_Source(name, identity, train, test))
         rng = np.random.default_rng([self.seed, src, 7])   # splits depend on the seed and the pool order only
@@ -185,6 +187,11 @@ class DataPool:
 
     def identity(self) -> str:
         return "cldyb-pool[" + "; ".join(s.identity for s in self.sources) + "]"
+
+
+def _dataset_statistics(dataset_stats):
+    """The default normalisation of a pool: the first dataset's own statistics."""
+    return dataset_stats()
 
 
 # ---------------------------------------------------------------------------------- the paper's pool

@@ -50,6 +50,7 @@ from ...data import ArrayDataset, DatasetMissing, TensorData, load_split
 from ...method import Setting
 from ...engine.suites import ScenarioSpec
 from ...engine.scenario import Scenario, ScenarioError, Task
+from ..splits.kind import normalization
 from .names import CURRICULA, SHARED_SEP
 
 MULTI_DATASET = True
@@ -188,7 +189,7 @@ def build(spec: ScenarioSpec, datasets, seed: int, device: torch.device,
                                ((train, train_idx), (test, test_idx)))
         train_sub.labels = train_sub.labels + offset
         test_sub.labels = test_sub.labels + offset
-        mean, std = train_sub.channel_stats()
+        mean, std = normalization(spec, train_sub)   # the scenario's normalize (default: this task's statistics)
         wrap = [TensorData(ds, mean, std, device, image_size=image_size, channels=channels, recipe=recipe)
                 for ds in (train_sub, test_sub)]
         if wrap[0].images.shape[1] not in (1, channels):

@@ -70,8 +70,9 @@ def build(spec: ScenarioSpec, source: DatasetSource, seed: int, device: torch.de
     mapping = np.full(max(len(train_ds.classes), int(order.max()) + 1), -1)
     mapping[order] = np.arange(len(order))
 
-    # Normalisation from the train split's statistics, shared by all tasks and splits.
-    mean, std = train_ds.channel_stats()
+    # One normalisation for all tasks and splits: the scenario's ``normalize`` (its train split's
+    # statistics by default; the pretrained-model suites name their reference code's choice).
+    mean, std = normalization(spec, train_ds)
     image_size = tuple(spec.image_size) if spec.image_size else None
     # the recipe rides on every split: its test-time view (if any) everywhere, its random training
     # views only where a method asks an Experience (train data); the runner never asks for them
@@ -101,6 +102,16 @@ def build(spec: ScenarioSpec, source: DatasetSource, seed: int, device: torch.de
     shape = tasks[0].train.input_shape
     return Scenario(spec, seed, spec.setting_enum, tasks, [train_ds.classes[c] for c in order], shape,
                     source.identity())
+
+
+def normalization(spec: ScenarioSpec, train_ds) -> tuple[list[float], list[float]]:
+    """(mean, std) of a scenario's inputs: its ``normalize`` key, decided by
+    clharness.toolkit.backbones.input_normalization (``train_ds``'s statistics for "dataset")."""
+    from ...toolkit.backbones import input_normalization
+    try:
+        return input_normalization(spec.normalize, spec.backbone, spec.backbone_options, train_ds.channel_stats)
+    except ValueError as exc:
+        raise ScenarioError(f"scenario {spec.name!r}: {exc}") from None
 
 
 def _wrapper(device, mean, std, image_size, channels, recipe=None):

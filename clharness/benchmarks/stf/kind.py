@@ -29,7 +29,7 @@ from ...method import Batch, Setting
 from ...toolkit.training import listen_to_losses
 from ...engine.suites import ScenarioSpec
 from ...engine.scenario import ScenarioError
-from ..splits.kind import _per_class_index, _relabel, _wrapper
+from ..splits.kind import _per_class_index, _relabel, _wrapper, normalization
 
 OPTIONS = {
     "stream": (str, "stf"),                   # "stf": Algorithms 1-2; "disjoint": conventional tasks
@@ -248,7 +248,7 @@ def build(spec: ScenarioSpec, source: DatasetSource, seed: int, device: torch.de
     description = trace.describe_stream(labels[perm], kind_of_stream, spread, spec.tasks, stream_seed,
                                         spec.options["stream_batch"], len(order))
 
-    mean, std = train_ds.channel_stats()
+    mean, std = normalization(spec, train_ds)
     wrap = _wrapper(device, mean, std, tuple(spec.image_size) if spec.image_size else None, spec.channels)
     stream = wrap(_relabel(train_ds, stream_idx, mapping))
     test = wrap(_relabel(test_ds, np.concatenate(test_parts), mapping))
