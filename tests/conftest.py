@@ -1,5 +1,47 @@
+import os
+import random
+
+import numpy as np
 import pytest
 import torch
+from _pytest import pytester as _pytester
+
+# Every test starts from the same random state, whatever ran before it in the session (or whether it
+# runs alone): torch's, numpy's and Python's global generators are seeded per test. CLH_TEST_SEED
+# picks another seed, to look for tests that pass for one draw only.
+TEST_SEED = int(os.environ.get("CLH_TEST_SEED", "0"))
+
+# Modules that register process-wide native state when first imported (torch's operator libraries:
+# `torch.library.Library("_inductor_test", "DEF")` in torch/_inductor/test_operators.py, pulled in
+# by torch._dynamo, which torch imports lazily on the first optimizer step). pytester's in-process
+# runs (`runpytest`) restore sys.modules afterwards, dropping every module first imported during the
+# run; the next import re-executes such a module and torch refuses the second registration
+# ("Only a single TORCH_LIBRARY can be used to register the namespace ..."). These are kept.
+NATIVE_STATE = ("torch", "torchvision", "functorch", "triton")
+
+
+def _keeps_native_state(name: str) -> bool:
+    return name.split(".", 1)[0] in NATIVE_STATE
+
+
+class _SysModulesSnapshot(_pytester.SysModulesSnapshot):
+    """pytester's snapshot of sys.modules, also preserving the NATIVE_STATE packages."""
+
+    def __init__(self, preserve=None) -> None:
+        super().__init__(preserve=lambda name: _keeps_native_state(name) or bool(preserve and preserve(name)))
+
+
+_pytester.SysModulesSnapshot = _SysModulesSnapshot   # looked up by name when pytester takes a snapshot
+
+
+@pytest.fixture(autouse=True)
+def seeded():
+    """Seed torch, numpy and random before every test, so a test's draws do not depend on the tests
+    that ran before it (and a test passes or fails alone as in the full suite)."""
+    random.seed(TEST_SEED)
+    np.random.seed(TEST_SEED)
+    torch.manual_seed(TEST_SEED)
+    yield TEST_SEED
 
 
 @pytest.fixture(scope="session", autouse=True)
