@@ -56,6 +56,14 @@ class CBRSBuffer(ClassBalancedBuffer):
 class CBRS(ER):
     name = "cbrs"
     version = "2"   # 2: "full" means is or ever was largest (the paper), not only currently largest
+    paper = "A. Chrysakis, M.-F. Moens, Online Continual Learning from Imbalanced Data, ICML 2020 (Algorithm 1)"
+    reference = "WuYichen-97/Meta-Continual-Learning-Revisited-ICLR2024: utils/cbrs_buffer.py"
+    deviations = ("the authors published no code; the reference is a third-party mammoth-based buffer, which counts "
+                  "n_c for a whole minibatch before placing its rows: ours counts each instance as it arrives "
+                  "(Algorithm 1)",
+                  "'largest' is tracked from the time step the memory fills on (deliberate reading, see the module "
+                  "docstring)",
+                  "training is ER's (the stream batch with an equal-size random replay batch)")
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.ONLINE})
     hparams = {**OPTIMIZER_SPACE, "buffer": clh.Choice(["class-balanced"])}
 

@@ -25,6 +25,17 @@ class EWC(SupervisedMethod):
     minibatch's mean loss, averaged over the minibatches (model in eval mode, the suite's batch size,
     data in order). The two differ by about the batch size where per-sample gradients disagree."""
     name = "ewc"
+    paper = ("J. Kirkpatrick et al., Overcoming catastrophic forgetting in neural networks, PNAS 2017; "
+             "F. Huszár, Note on the quadratic penalties in elastic weight consolidation, PNAS 2018")
+    reference = "ContinualAI/avalanche: avalanche/training/plugins/ewc.py"
+    deviations = ("penalty lambda/2 sum F (theta - theta*)^2 as in eq. 3; Avalanche scales by lambda, so reproducing "
+                  "its lambda takes ewc_lambda = 2x",
+                  "ewc_mode='accumulated' (default): one penalty with the summed Fishers anchored at the latest "
+                  "weights (Huszár 2018; Avalanche mode='online' with decay 1); 'separate' is one penalty per "
+                  "task (Kirkpatrick et al., Avalanche's default)",
+                  "ewc_fisher='per-sample' (default): the empirical Fisher from per-sample gradients; 'minibatch' "
+                  "is Avalanche's squared minibatch-mean gradients",
+                  "Adam lr 1e-3 by default: plain SGD diverges once lr*lambda*F_i > 2")
     # Adam by default: plain SGD diverges once the penalty is stiff (lr·λ·F_i > 2), i.e. before λ is
     # large enough to matter on the quickstart.
     hparams = {**optimizer_space(lr=1e-3, optimizer="adam"),

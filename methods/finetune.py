@@ -6,6 +6,11 @@ from clharness.toolkit.training import SupervisedMethod, Trainer
 class Finetune(SupervisedMethod):
     """Cross-entropy on the current task only (task-incremental: over the task's classes)."""
     name = "finetune"
+    paper = ("V. Lomonaco et al., Avalanche: an End-to-End Library for Continual Learning, CVPR Workshops 2021 "
+             "(the Naive lower bound)")
+    reference = "ContinualAI/avalanche: avalanche/training/supervised/strategy_wrappers.py"
+    deviations = ("task-incremental: cross-entropy over the task's own classes of the single head (Avalanche's "
+                  "Naive trains whatever head the model has: all outputs, or a multi-head model's task head)",)
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.ONLINE})
 
     def observe(self, batch):

@@ -54,6 +54,15 @@ class GreedyClassBalancedMemory(_Buffer):
 class GDumb(SupervisedMethod):
     name = "gdumb"
     version = "2"   # 2: offline tasks feed the sampler in a seeded random order, not folder order
+    paper = ("A. Prabhu, P. H. S. Torr, P. K. Dokania, GDumb: A simple approach that questions our progress in "
+             "continual learning, ECCV 2020")
+    reference = "drimpossible/GDumb: src/main.py"
+    deviations = ("trained with the method's optimizer hyperparameters (constant SGD lr 0.1 by default); the "
+                  "authors' code uses SGD momentum 0.9 with a 1-epoch warm-up, SGDR cosine restarts, cutmix and "
+                  "gradient-norm clipping, and reports the best test accuracy over its epochs (no such selection here)",
+                  "offline tasks offer their samples to the sampler in the experience's seeded random order",
+                  "task-free: retrains from scratch whenever a model is needed after new observations (the STF "
+                  "paper's variant), not once after the whole stream")
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.ONLINE})
     hparams = {**OPTIMIZER_SPACE,
                "epochs": clh.Int(0, 1000, default=0)}      # passes over the memory per retraining; 0: context.epochs

@@ -8,6 +8,13 @@ from clharness.toolkit.training import SupervisedMethod, optimizer_space
 
 class Joint(SupervisedMethod):
     name = "joint"
+    paper = ("V. Lomonaco et al., Avalanche: an End-to-End Library for Continual Learning, CVPR Workshops 2021 "
+             "(the Cumulative upper bound)")
+    reference = "ContinualAI/avalanche: avalanche/training/supervised/cumulative.py"
+    deviations = ("this is Avalanche's Cumulative (at each task, retrain from the current weights on every "
+                  "training set seen so far), not its JointTraining (one offline run on the union of all tasks)",
+                  "SGD with momentum 0.9 by default (mixed batches of every class seen; Avalanche takes the "
+                  "user's optimizer)")
     # Mixed batches of every class seen: no task-switch shock, so momentum is safe and steadier here.
     hparams = optimizer_space(lr=0.05, momentum=0.9)
 

@@ -27,6 +27,15 @@ def forward_with(model, params, x):
 
 class MIR(ER):
     name = "mir"
+    paper = ("R. Aljundi, L. Caccia, E. Belilovsky, M. Caccia, M. Lin, L. Charlin, T. Tuytelaars, Online Continual "
+             "Learning with Maximally Interfered Retrieval, NeurIPS 2019")
+    reference = "optimass/Maximally_Interfered_Retrieval: mir.py"
+    deviations = ("one SGD step on the mean loss over B_n and the retrieved samples (Algorithm 1); the authors' code "
+                  "(and Avalanche's MIRPlugin) adds the replay loss as a second mean, about twice the replay weight",
+                  "offline tasks: the memory is offered the task's samples after the task (ER's offline form), so "
+                  "candidates come from earlier tasks; the authors' single-pass code adds each minibatch to the "
+                  "reservoir after its step and excludes the current task when sampling candidates",
+                  "k = the incoming batch size; the virtual step uses the method's lr")
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.ONLINE})
     hparams = {**OPTIMIZER_SPACE, "buffer": clh.Choice(["reservoir", "class-balanced"]),
                "candidates": clh.Int(1, 10000, default=50)}    # memory subsample scored per step

@@ -11,6 +11,12 @@ class MSTE(SupervisedMethod):
     ``predict(x, task_id)`` answers with the expert of ``task_id`` over its task's classes. Needs the
     task id at test time, so it is task-incremental only (class-incremental cases are not applicable)."""
     name = "mste"
+    paper = ("K. Faber, D. Zurek, M. Pietron, N. Japkowicz, A. Vergari, R. Corizzo, From MNIST to ImageNet and back: "
+             "benchmarking continual curriculum learning, Machine Learning 2024 (sec. 4.2)")
+    reference = "lifelonglab/M2I_I2M_benchmark: experiment.py"
+    deviations = ("the authors' public code runs the other baselines through Avalanche but has no MSTE: it follows "
+                  "the paper's sec. 4.2 text (one independent network per task, asked only about its task)",
+                  "each expert is the suite's backbone + head, seeded by run and task")
     settings = frozenset({clh.Setting.TASK_IL})
     hparams = optimizer_space(lr=0.01, momentum=0.9)
 

@@ -15,6 +15,16 @@ class NCM(SupervisedMethod):
     ``frozen`` (default) never trains: a pretrained backbone, or on the quickstart a random MLP,
     whose features keep the digits apart better than ones fitted to the first task's two classes."""
     name = "ncm"
+    paper = ("T. Mensink, J. Verbeek, F. Perronnin, G. Csurka, Distance-Based Image Classification: Generalizing to "
+             "New Classes at Near-Zero Cost, TPAMI 2013; S.-A. Rebuffi et al., iCaRL: Incremental Classifier and "
+             "Representation Learning, CVPR 2017 (nearest-mean-of-exemplars)")
+    reference = "ContinualAI/avalanche: avalanche/models/ncm_classifier.py"
+    deviations = ("class means from every training sample of a class (no exemplar memory), features and means "
+                  "L2-normalised as iCaRL's NME",
+                  "train_backbone='frozen' (default): the backbone is never trained (a pretrained encoder, or a "
+                  "random MLP on the quickstart); 'first-task' trains it with cross-entropy on the first task and "
+                  "then freezes it",
+                  "classes not seen yet get a very low finite logit")
     hparams = {**OPTIMIZER_SPACE, "train_backbone": clh.Choice(["first-task", "frozen"], default="frozen")}
 
     def __init__(self, context, **hparams):

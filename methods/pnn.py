@@ -109,6 +109,13 @@ class ProgressiveNet(nn.Module):
 
 class PNN(clh.Method):
     name = "pnn"
+    paper = "A. A. Rusu et al., Progressive Neural Networks, arXiv:1606.04671 2016"
+    reference = "ContinualAI/avalanche: avalanche/models/pnn.py"
+    deviations = ("columns are MLPs built from the input shape, not the suite's backbone (as Avalanche's PNN)",
+                  "laterals feed layers 2..L and the head from the earlier columns' hidden layers (eq. 2); "
+                  "Avalanche also adapts the raw input at layer 1 and gives its multi-head classifier no laterals",
+                  "V maps to n_{i-1} units (eq. 2); Avalanche maps to layer i's width",
+                  "a task id not learned yet reads the newest column")
     settings = frozenset({clh.Setting.TASK_IL})
     hparams = {**OPTIMIZER_SPACE,
                "layers": clh.Int(1, 64, default=2),          # hidden layers per column
