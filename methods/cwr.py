@@ -1,5 +1,6 @@
-"""CWR* (Lomonaco, Maltoni & Pellegrini 2019/2020, "Rehearsal-free continual learning over small non-i.i.d.
-batches", Algorithm 1): copy weight with re-init, consolidated output weights per class."""
+"""CWR* (Lomonaco, Maltoni & Pellegrini 2020, "Rehearsal-free continual learning over small non-i.i.d.
+batches", CVPR Workshops, Algorithm 1; the authors' code in Avalanche ``CWRStarPlugin``): copy weight with
+re-init, consolidated output weights per class."""
 import torch
 
 from clharness.toolkit.training import SupervisedMethod, optimizer_space
@@ -13,16 +14,24 @@ class CWRStar(SupervisedMethod):
     with cur_j its training samples and past_j those of earlier tasks:
         w_past = sqrt(past_j / cur_j)
         cw[j] = (cw[j] * w_past + (tw[j] - mean_k tw[k])) / (w_past + 1),   past_j += cur_j
-    (the mean over the task's classes). The consolidated weights are used at test time. Weight and
-    bias of the head are consolidated together."""
+    where mean_k tw[k] is one scalar: the average of every entry of the task's classes' weight rows
+    (the reference's ``np.average(weight[cur_class])``). The consolidated weights are used at test
+    time. Only the weight is re-initialised and consolidated: the head's bias is an ordinary trained
+    parameter, never reset (the reference touches ``weight`` only)."""
     name = "cwr"
+    version = "2"   # 2: scalar mean of the task's weights, bias neither reset nor consolidated (issue 28)
+    paper = ("Lomonaco, Maltoni & Pellegrini, Rehearsal-Free Continual Learning over Small Non-I.I.D. "
+             "Batches, CVPR Workshops 2020")
+    reference = "ContinualAI/avalanche: avalanche/training/plugins/cwr_star.py"
+    deviations = (
+        "past_j grows on every visit of class j, the first included (Algorithm 1); the reference plugin "
+        "skips the first, so a class's second visit would overwrite its consolidated weights",)
     hparams = optimizer_space(lr=0.01, momentum=0.9)
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)
         head = self.model.head
         self.cw_weight = torch.zeros_like(head.weight.detach())
-        self.cw_bias = torch.zeros_like(head.bias.detach())
         self.past = torch.zeros(context.num_classes, device=context.device)
         self.tasks_seen = 0
 
@@ -30,11 +39,9 @@ class CWRStar(SupervisedMethod):
         self.labels.add(experience)
         classes = torch.tensor(experience.classes, device=self.context.device)
         head = self.model.head
-        with torch.no_grad():   # tw = 0, then the consolidated weights of this task's classes
+        with torch.no_grad():   # tw = 0, then the consolidated weights of this task's classes (bias kept)
             head.weight.zero_()
-            head.bias.zero_()
             head.weight[classes] = self.cw_weight[classes]
-            head.bias[classes] = self.cw_bias[classes]
         frozen = self.tasks_seen > 0
         self.model.backbone.requires_grad_(not frozen)
         params = self.model.head.parameters() if frozen else self.model.parameters()
@@ -58,11 +65,8 @@ class CWRStar(SupervisedMethod):
     @torch.no_grad()
     def consolidate_classes(self, classes, cur):
         head = self.model.head
-        tw_w, tw_b = head.weight[classes], head.bias[classes]
+        tw = head.weight[classes]
         w_past = (self.past[classes] / cur.clamp_min(1)).sqrt()[:, None]
-        self.cw_weight[classes] = (self.cw_weight[classes] * w_past + (tw_w - tw_w.mean(0))) / (w_past + 1)
-        self.cw_bias[classes] = ((self.cw_bias[classes] * w_past[:, 0] + (tw_b - tw_b.mean()))
-                                 / (w_past[:, 0] + 1))
+        self.cw_weight[classes] = (self.cw_weight[classes] * w_past + (tw - tw.mean())) / (w_past + 1)
         self.past[classes] += cur
         head.weight.copy_(self.cw_weight)   # test with the consolidated weights
-        head.bias.copy_(self.cw_bias)

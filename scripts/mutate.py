@@ -143,6 +143,13 @@ MUTATIONS: tuple[Mutation, ...] = (
              "            self.buffer.add(x, y)   # the raw incoming batch, after the step (both references)\n",
              "",
              ("tests/test_fidelity_replay.py::test_ace_memory_takes_each_incoming_batch_after_its_step",)),
+    # CWR* (issue 28): scalar mean of the task's weights; the bias is never reset
+    Mutation("cwr-per-feature-mean", "methods/cwr.py",
+             "(tw - tw.mean())", "(tw - tw.mean(0))",
+             ("tests/test_fidelity_replay.py::test_cwr_consolidation_subtracts_the_scalar_mean_of_the_task_weights",)),
+    Mutation("cwr-bias-reset", "methods/cwr.py",
+             "            head.weight.zero_()\n", "            head.weight.zero_()\n            head.bias.zero_()\n",
+             ("tests/test_fidelity_replay.py::test_cwr_never_resets_or_consolidates_the_bias",)),
 )
 
 

@@ -131,3 +131,37 @@ def test_ace_learns_under_augmentation_and_keeps_raw_views():
     # every forward during training saw augmented views (the incoming and the replayed batch alike)
     assert len(seen_inputs) == 3 and all((v > 50).all() for v in seen_inputs)
     assert torch.equal(ace.buffer.tensors()[0], raw)    # the memory keeps the raw views
+
+
+# --- CWR* (Lomonaco et al. 2020; Avalanche avalanche/training/plugins/cwr_star.py) ------------------------
+
+def test_cwr_consolidation_subtracts_the_scalar_mean_of_the_task_weights():
+    cwr = METHODS["cwr"](ctx(backbone=lambda: MLP((1, 2, 2), hidden=2, layers=1)))
+    classes = torch.tensor([0, 1])
+    tw = torch.tensor([[1.0, 2.0], [3.0, 6.0]])            # np.average(weight[cur_class]) = 3
+    with torch.no_grad():
+        cwr.model.head.weight[classes] = tw
+    cwr.consolidate_classes(classes, torch.tensor([10.0, 10.0]))
+    first = torch.tensor([[-2.0, -1.0], [0.0, 3.0]])         # first visit (past 0): cw = tw - 3
+    assert torch.equal(cwr.cw_weight[classes], first)
+    # second visit with past = cur = 10: w_past = 1, cw = (cw + tw2 - mean(tw2)) / 2, mean(tw2) = 1
+    tw2 = torch.tensor([[0.0, 0.0], [0.0, 4.0]])
+    with torch.no_grad():
+        cwr.model.head.weight[classes] = tw2
+    cwr.consolidate_classes(classes, torch.tensor([10.0, 10.0]))
+    assert torch.equal(cwr.cw_weight[classes], (first + tw2 - 1.0) / 2)
+    assert torch.equal(cwr.model.head.weight[classes], cwr.cw_weight[classes])
+
+
+def test_cwr_never_resets_or_consolidates_the_bias():
+    torch.manual_seed(0)
+    cwr = METHODS["cwr"](ctx())
+    bias = torch.tensor([0.5, -1.0, 2.0, 0.25])
+    with torch.no_grad():
+        cwr.model.head.bias.copy_(bias)
+    at_start = []
+    cwr.fit = lambda batches, params=None, loss_fn=None: at_start.append(cwr.model.head.bias.detach().clone())
+    cwr.learn(experience([0, 1]))                   # training skipped: what the head holds before and after
+    cwr.learn(experience([2, 3], seed=1))
+    assert all(torch.equal(b, bias) for b in at_start)        # not zeroed before a task
+    assert torch.equal(cwr.model.head.bias, bias)             # not replaced after it

@@ -127,7 +127,8 @@ def test_cwr_star_consolidation_rule(harness):
     cwr.learn(scenario.experience(1))
     assert torch.equal(cwr.cw_weight[classes], cw0[classes])        # task 0's classes untouched by task 1
     assert all(torch.equal(v, cwr.model.backbone.state_dict()[k]) for k, v in backbone0.items())   # frozen
-    # the rule on known numbers: first visit cw = tw - mean(tw); second visit with past = cur: the average
+    # the rule on known numbers: first visit cw = tw - mean(tw) (one scalar: the mean of every entry, as the
+    # reference's np.average); second visit with past = cur: the average
     tw = torch.randn(len(classes), cwr.cw_weight.shape[1])
     with torch.no_grad():
         cwr.model.head.weight[classes] = tw
@@ -135,13 +136,13 @@ def test_cwr_star_consolidation_rule(harness):
     cur = past.clone()
     before = cwr.cw_weight[classes].clone()
     cwr.consolidate_classes(classes, cur)
-    assert torch.allclose(cwr.cw_weight[classes], (before + tw - tw.mean(0)) / 2, atol=1e-6)
+    assert torch.allclose(cwr.cw_weight[classes], (before + tw - tw.mean()) / 2, atol=1e-6)
     cwr.past.zero_()
     cwr.cw_weight.zero_()
     with torch.no_grad():
         cwr.model.head.weight[classes] = tw
     cwr.consolidate_classes(classes, cur)
-    assert torch.allclose(cwr.cw_weight[classes], tw - tw.mean(0), atol=1e-6)
+    assert torch.allclose(cwr.cw_weight[classes], tw - tw.mean(), atol=1e-6)
 
 
 @pytest.mark.parametrize("name, setting", [("si", "class-incremental"), ("mas", "task-incremental"),
