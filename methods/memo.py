@@ -27,16 +27,19 @@ class MEMO(DER):
     (stage 3 holds 76% of its weights) and resnet18-reduced (the last stage); on the MLP the last
     Linear+ReLU is specialised.
 
+    The generalised blocks keep training in every task (``train_shared=True``, default), as PyCIL's
+    ``exps/memo.json`` (``train_base: true``) and ``models/memo.py`` train them: they stay in the
+    optimizer and in train mode (BatchNorm statistics) after the first task. ``train_shared=False``
+    freezes them after the first task (weights and BatchNorm statistics; PyCIL ``train_base: false``).
+
     Deliberate differences (beyond DER's, which apply here too):
-    - the generalised blocks are frozen after the first task (``train_shared=False``), as the paper
-      describes; PyCIL's ``exps/memo.json`` sets ``train_base: true`` (set ``train_shared=True``);
     - GTEP Table 4's "exemplar batch size" is the batch size PyCIL uses to extract features for
       herding, in eval mode, so it cannot change results and is not a hyperparameter here.
     """
     name = "memo"
     hparams = {**DER.hparams,
                "specialised_share": clh.Float(0.05, 1.0, default=0.7),
-               "train_shared": clh.Choice([False, True])}
+               "train_shared": clh.Choice([True, False], default=True)}
     tuning_space = DER.tuning_space        # GTEP Table 4: lambda (Aux) of DER and MEMO
 
     def __init__(self, context, **hparams):

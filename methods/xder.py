@@ -31,8 +31,13 @@ tasks < t, the "current head" task t's classes and "future heads" the classes no
          temperature = ``simclr_temp``, summed over samples)),
   each hinge averaged over the samples where it is positive (the reference).
 
-Defaults: mammoth's ``xder`` arguments (gamma 0.85, eta 0.1, m 0.3, lambd 0.1, simclr_temp 5,
-simclr_batch_size 64, simclr_num_aug 2) and its Seq-CIFAR-100 config (alpha 0.3, beta 0.8, SGD lr 0.03).
+Defaults: mammoth's best arguments (``utils/best_args.py`` of the X-DER release), the only ones it
+ships for X-DER: Seq-CIFAR-100 with a 500-sample buffer (``preset="seq-cifar100-500"``: alpha 0.3,
+beta 0.8, gamma 0.85, eta 0.001, m 0.7, lambd 0.05, simclr_temp 5, simclr_batch_size 64,
+simclr_num_aug 2, SGD lr 0.03 without momentum or weight decay) or 2000 (``"seq-cifar100-2000"``:
+alpha 0.6, beta 0.9, eta 0.01, m 0.2, the rest equal). Its argparse defaults (eta 0.1, m 0.3, lambd
+0.1), which earlier versions used, are 10-100x off these; ``preset="custom"`` sets every weight by
+hand (each defaults to the seq-cifar100-500 value).
 
 Heads: a task's head is its set of global class ids, and the future heads of the constraints are all
 classes not seen yet. The consistency term needs the future heads one by one: the unseen classes in
@@ -126,23 +131,61 @@ def future_heads(future: torch.Tensor, classes_per_task: int) -> list[torch.Tens
     return list(ids.split(classes_per_task)) if len(ids) else []
 
 
+# mammoth ``utils/best_args.py`` (the X-DER release, commit 0d727a7), ``seq-cifar100`` -> ``xder`` ->
+# buffer size: the only best arguments the reference ships for X-DER. Both also fix lr 0.03, momentum 0
+# and weight decay 0, the defaults of the optimizer hyperparameters below. ``m`` is ``margin`` here.
+PRESETS = {
+    "seq-cifar100-500": {"alpha": 0.3, "beta": 0.8, "gamma": 0.85, "eta": 0.001, "margin": 0.7, "lambd": 0.05,
+                         "simclr_temp": 5.0, "simclr_batch_size": 64, "simclr_num_aug": 2},
+    "seq-cifar100-2000": {"alpha": 0.6, "beta": 0.9, "gamma": 0.85, "eta": 0.01, "margin": 0.2, "lambd": 0.05,
+                          "simclr_temp": 5.0, "simclr_batch_size": 64, "simclr_num_aug": 2},
+}
+DEFAULT_PRESET = "seq-cifar100-500"
+_CUSTOM = {"preset": ["custom"]}       # the individual hyperparameters are read only under preset="custom"
+_D = PRESETS[DEFAULT_PRESET]
+
+
 class XDER(DERpp):
     name = "xder"
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL})
+    paper = ("Boschini, Bonicelli, Buzzega, Porrello, Calderara, Class-Incremental Continual Learning into the "
+             "eXtended DER-verse, TPAMI 2022")
+    reference = "aimagelab/mammoth: models/xder.py (best arguments: utils/best_args.py)"
+    deviations = (
+        "future heads of the consistency term: id-order chunks of the current task's class count",
+        "strong views drawn on the device from normalised samples (no PIL rounding; 1-channel: no colour ops)",
+        "dp_weight / align_bn of newer mammoth configs not implemented",
+        "stored task labels not kept (no loss reads them)",
+        "end-of-task memory pass in eval mode on raw samples (reference: train-mode BN, frozen stats, "
+        "augmented views)",
+        "defaults: mammoth's best_args for seq-cifar100 with buffer 500 (preset), whatever the suite's "
+        "dataset and memory; preset='custom' sets each weight by hand",
+    )
     hparams = {**optimizer_space(lr=0.03),
-               "alpha": clh.Float(0.0, 10.0, default=0.3),    # logit replay (all heads)
-               "beta": clh.Float(0.0, 10.0, default=0.8),     # label replay (past heads)
-               "gamma": clh.Float(0.0, 1.0, default=0.85),    # damping of transplanted logits
-               "eta": clh.Float(0.0, 10.0, default=0.1),      # weight of the past/future constraints
-               "margin": clh.Float(0.0, 10.0, default=0.3),   # m of the constraints
-               "lambd": clh.Float(0.0, 10.0, default=0.1),    # weight of the future-heads consistency
-               "simclr_temp": clh.Float(0.01, 100.0, default=5.0),   # SupCon temperature (= base temperature)
-               "simclr_batch_size": clh.Int(1, 4096, default=64),    # stream (and memory) samples contrasted
-               "simclr_num_aug": clh.Int(2, 16, default=2)}          # strong views per sample
-    version = "2"      # 2: the future-heads consistency term (SupCon on strong views)
+               # the reference's best arguments per dataset and buffer (``PRESETS``), or "custom"
+               "preset": clh.Choice([*PRESETS, "custom"], default=DEFAULT_PRESET),
+               "alpha": clh.Float(0.0, 10.0, default=_D["alpha"], when=_CUSTOM),    # logit replay (all heads)
+               "beta": clh.Float(0.0, 10.0, default=_D["beta"], when=_CUSTOM),      # label replay (past heads)
+               "gamma": clh.Float(0.0, 1.0, default=_D["gamma"], when=_CUSTOM),    # damping of transplanted logits
+               "eta": clh.Float(0.0, 10.0, default=_D["eta"], when=_CUSTOM),        # weight of the constraints
+               "margin": clh.Float(0.0, 10.0, default=_D["margin"], when=_CUSTOM),  # m of the constraints
+               "lambd": clh.Float(0.0, 10.0, default=_D["lambd"], when=_CUSTOM),    # future-heads consistency
+               "simclr_temp": clh.Float(0.01, 100.0, default=_D["simclr_temp"], when=_CUSTOM),   # SupCon temperature
+               "simclr_batch_size": clh.Int(1, 4096, default=_D["simclr_batch_size"], when=_CUSTOM),
+               "simclr_num_aug": clh.Int(2, 16, default=_D["simclr_num_aug"], when=_CUSTOM)}   # views per sample
+    # 2: the future-heads consistency term (SupCon on strong views); 3: mammoth's best arguments
+    # (eta 0.1 -> 0.001, m 0.3 -> 0.7, lambd 0.1 -> 0.05 by default)
+    version = "3"
 
     def __init__(self, context, **hparams):
+        preset = hparams.get("preset", DEFAULT_PRESET)
+        given = sorted(set(hparams) & set(_D))
+        if preset != "custom" and given:
+            raise clh.MethodError(f"xder: {given} are set by preset={preset!r} (mammoth's best arguments); "
+                                  "pass preset='custom' to set them by hand")
         super().__init__(context, **hparams)
+        if self.hp["preset"] != "custom":
+            self.hp = {**self.hp, **PRESETS[self.hp["preset"]]}
         self.task = 0                                    # tasks finished
         self.class_task = torch.full((context.num_classes,), -1, dtype=torch.long, device=context.device)
         self.update_counter = torch.zeros(context.memory_size, device=context.device)

@@ -126,3 +126,73 @@ def test_rehearsal_default_is_joint_for_every_method_that_rehearses():
     for name in ("icarl", "wa", "der", "memo", "foster", "beef", "podnet"):
         assert METHODS[name].hparams["rehearsal"].default == "joint", name
     assert "rehearsal" not in METHODS["bic"].hparams    # BiC builds its own split of the union
+
+
+# --- item 6: MEMO trains its shared blocks (PyCIL exps/memo.json train_base: true) ----------------------
+
+def memo_after_two_tasks(**hp):
+    torch.manual_seed(0)
+    memo = METHODS["memo"](tiny_context(backbone=lambda: MLP((1, 2, 2), hidden=6, layers=2)),
+                           specialised_share=0.5, **hp)       # trunk: the first Linear (30 of 72 weights)
+    memo.learn(experience((0, 1), seed=0))
+    trunk = {k: v.clone() for k, v in memo.model.trunk.state_dict().items()}
+    memo.learn(experience((2, 3), seed=1))
+    return memo, trunk
+
+
+def test_memo_trains_the_shared_blocks_by_default():
+    memo, before = memo_after_two_tasks()
+    assert memo.hp["train_shared"] is True
+    assert before and all(p.requires_grad for p in memo.model.trunk.parameters())
+    after = memo.model.trunk.state_dict()
+    assert all(not torch.equal(before[k], after[k]) for k in before)     # every shared tensor moved in task 2
+    frozen, before = memo_after_two_tasks(train_shared=False)             # the option: frozen after task 1
+    assert all(torch.equal(before[k], v) for k, v in frozen.model.trunk.state_dict().items())
+
+
+# --- item 6: X-DER ships mammoth's best arguments (utils/best_args.py, seq-cifar100) ----------------------
+
+def test_xder_defaults_are_mammoths_best_args_for_seq_cifar100():
+    from clharness.engine.runner import resolve_hparams
+    xder_cls = METHODS["xder"]
+    ctx = tiny_context(memory_size=8)
+    hp = xder_cls(ctx).hp
+    # mammoth best_args['seq-cifar100']['xder'][500], written out (m is our margin)
+    assert {k: hp[k] for k in ("alpha", "beta", "gamma", "eta", "margin", "lambd", "simclr_temp",
+                               "simclr_batch_size", "simclr_num_aug", "lr", "momentum", "weight_decay")} == \
+        {"alpha": 0.3, "beta": 0.8, "gamma": 0.85, "eta": 0.001, "margin": 0.7, "lambd": 0.05, "simclr_temp": 5.0,
+         "simclr_batch_size": 64, "simclr_num_aug": 2, "lr": 0.03, "momentum": 0.0, "weight_decay": 0.0}
+    big = xder_cls(ctx, preset="seq-cifar100-2000").hp                   # ...[2000]
+    assert (big["alpha"], big["beta"], big["eta"], big["margin"], big["lambd"]) == (0.6, 0.9, 0.01, 0.2, 0.05)
+    # the record names the preset, not values it would ignore; custom weights need preset="custom"
+    assert resolve_hparams(xder_cls, {}) == {**resolve_hparams(xder_cls, {"preset": "seq-cifar100-500"})}
+    assert "eta" not in resolve_hparams(xder_cls, {}) and resolve_hparams(xder_cls, {"preset": "custom"})["eta"] == 0.001
+    assert xder_cls(ctx, preset="custom", eta=0.2).hp["eta"] == 0.2
+    with pytest.raises(clh.MethodError, match="preset='custom'"):
+        xder_cls(ctx, eta=0.2)
+
+
+def test_xder_eta_and_margin_weigh_the_constraints_as_the_preset_says():
+    """The future constraint on a hand case: eta mean[max(0, max h_future + m - max h_own)] over the
+    positive hinges. Stream batch only (empty memory), the first task (no past heads), no SupCon term."""
+    ctx = clh.Context(clh.Setting.CLASS_IL, 4, (1, 2, 2), seed=0, epochs=1, batch_size=2, memory_size=4,
+                      backbone_factory=lambda: MLP((1, 2, 2), hidden=3, layers=1))
+    x, y = torch.randn(2, 1, 2, 2, generator=torch.Generator().manual_seed(0)), torch.tensor([0, 1])
+
+    def loss(**hp):
+        torch.manual_seed(0)
+        xder = METHODS["xder"](ctx, **hp)
+        exp = experience((0, 1))
+        xder.labels.add(exp)
+        xder.class_task[[0, 1]] = 0
+        xder.consistency_loss = lambda *args: None                # the SupCon term has its own tests
+        with torch.no_grad():
+            logits = xder.model(x)
+            return float(xder.xder_loss(x, y)), logits
+    for preset, (eta, m) in {"seq-cifar100-500": (0.001, 0.7), "seq-cifar100-2000": (0.01, 0.2)}.items():
+        got, z = loss(preset=preset)
+        ce = float(F.cross_entropy(z[:, :2], y))
+        hinge = z[:, 2:].max(1).values + m - z[:, :2].max(1).values
+        assert (hinge > 0).any()                                   # the constraint is active here
+        expected = ce + eta * float(hinge[hinge > 0].mean())
+        assert got == pytest.approx(expected, rel=1e-5, abs=1e-7), preset

@@ -89,7 +89,7 @@ def experiences():
 def make_xder(**hp):
     context = clh.Context(clh.Setting.CLASS_IL, CLASSES, (3, 8, 8), seed=0, epochs=1, batch_size=8,
                           memory_size=12, backbone_factory=BNNet)
-    return XDER(context, **hp)
+    return XDER(context, **({"preset": "custom", **hp} if hp else {}))   # weights by hand need preset="custom"
 
 
 def begin(xder, exp):
