@@ -5,16 +5,20 @@ A frozen pretrained ViT with one parameter-efficient tuning (PET) module per pro
 (``layers``, default blocks 0-4) and a linear classifier over all classes.
 
 - Learning (sec. 3.3): the online PET θ_on and the classifier learn every task with cross-entropy
-  over the current task's classes (old classes' logits masked); for the first ``freeze_epochs`` of
-  each task the PET is frozen and only the classifier learns (calibrating the classifier before the
-  PET moves, the code's ``num_freeze_epochs`` = 3 of 5 epochs).
-- Accumulation: after every optimisation step the offline PET accumulates the online one,
+  over the current task's classes (old classes' logits masked); from the second task on, for the
+  first ``freeze_epochs`` of the task the PET is frozen and only the classifier learns (calibrating
+  the new classes' classifier before the PET moves; the code's ``num_freeze_epochs`` = 3 of 5
+  epochs, skipped on the first task, where there is no old knowledge to protect).
+- Accumulation: the offline PET θ_off is created when the second task starts, as a copy of the
+  online PET trained on the first task (the authors' ``ModelEmaV2(self.pets)``); after every
+  optimisation step from then on it accumulates the online one,
       θ_off ← m θ_off + (1 − m) θ_on,   m = 0.9999 (``ema_decay``),
   so the offline module changes slowly and keeps old knowledge.
 - Ensemble: at inference both models (frozen ViT + θ_on, frozen ViT + θ_off, the same classifier)
   score the image and the prediction is the class-wise maximum of their softmax probabilities
   over the classes seen so far (``predict`` returns these probabilities; unseen classes get a
-  large negative value).
+  large negative value). On the first task there is no offline PET yet and the online model alone
+  predicts (the authors' evaluation loops over the offline PETs that exist).
 
 PET kinds (``pet``): "prefix" (the code's default): ``pet_length`` = 10 learnable key and value
 prefix tokens per block (uniform(0, 0.01) initialised, each half with a learnable scale), with
@@ -24,8 +28,16 @@ block sees (1 − λ) Attn(x) + Attn_prefix(x) instead of the plain prefix's con
 Linear(5, D) (zero-initialised), learnable scale. Defaults are LAMDA-PILOT's ``lae.json``: Adam,
 lr 0.0028125, no weight decay, constant schedule.
 
+``variant`` = "pilot" runs LAE as LAMDA-PILOT's ``models/lae.py`` does (the code GTEP ran, used by
+the gtep-vit suites that reproduce GTEP's figures): the offline PET is created with the online one,
+so it starts from the untrained PET and follows it by EMA from the first step of the first task
+(after one task it has moved about (1 − m^steps) of the way, i.e. it stays near its initialisation),
+the ensemble uses it from the first task, and the PET is frozen for the first ``freeze_epochs`` of
+every task, the first included.
+
 Deliberate differences: the LoRA PET is not offered; the online PET is not reset between tasks
-(as in the code); epochs are ``context.epochs`` (the code's tuned_epoch, 5)."""
+(as in the code); epochs are ``context.epochs`` (the code's num_epochs, 5); one classifier over all
+classes (the code appends one linear head per task: the same logits, old ones masked)."""
 import copy
 
 import torch
@@ -72,13 +84,22 @@ def compensated_prefix_attention(attn: nn.Module, x: torch.Tensor, prefix: Prefi
 
 class LAE(clh.Method):
     name = "lae"
+    version = "2"   # the authors' offline-PET creation and first-task schedule ("pilot" keeps PILOT's)
+    paper = ("Qiankun Gao, Chen Zhao, Yifan Sun, Teng Xi, Gang Zhang, Bernard Ghanem, Jian Zhang, A Unified "
+             "Continual Learning Framework with General Parameter-Efficient Tuning, ICCV 2023")
+    reference = "gqk/LAE: main.py"
+    deviations = ("variant='pilot': LAMDA-PILOT models/lae.py (offline PET from the untrained PET, EMA and "
+                  "ensemble from the first task, PET frozen for freeze_epochs on every task)",
+                  "one linear head over all classes, old logits masked (the code appends a head per task)",
+                  "the LoRA PET is not offered")
     hparams = {**optimizer_space(lr=0.0028125, optimizer="adam"),
                "pet": clh.Choice(["prefix", "adapter"], default="prefix"),
                "pet_length": clh.Int(1, 200, default=10, when={"pet": ["prefix"]}),
                "down_sample_dim": clh.Int(1, 4096, default=5, when={"pet": ["adapter"]}),
                "layers": clh.Choice(["0-4", "0-1", "0-0", "1-1", "0-2", "0-3", "0-5"], default="0-4"),
                "ema_decay": clh.Float(0.0, 1.0, default=0.9999),
-               "freeze_epochs": clh.Int(0, 1000, default=3)}
+               "freeze_epochs": clh.Int(0, 1000, default=3),
+               "variant": clh.Choice(["authors", "pilot"], default="authors")}
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)
@@ -93,7 +114,10 @@ class LAE(clh.Method):
             else:
                 pets = [Adapter(dim, self.hp["down_sample_dim"], scale=None, activation=nn.GELU) for _ in self.layers]
         self.online = nn.ModuleList(pets).to(context.device)
-        self.offline = copy.deepcopy(self.online).requires_grad_(False)   # starts equal to the online PET
+        # the offline PET: PILOT creates it with the online one (untrained); the authors copy the
+        # trained online PET when the second task starts (``learn``)
+        self.offline = copy.deepcopy(self.online).requires_grad_(False) if self.hp["variant"] == "pilot" else None
+        self.tasks_learned = 0
         self.head = nn.Linear(dim, context.num_classes).to(context.device)
         self.labels = TaskLabels(context)
         self.seen = torch.zeros(context.num_classes, dtype=torch.bool, device=context.device)
@@ -116,7 +140,9 @@ class LAE(clh.Method):
 
     @torch.no_grad()
     def accumulate(self) -> None:
-        """θ_off ← m θ_off + (1 − m) θ_on."""
+        """θ_off ← m θ_off + (1 − m) θ_on (nothing before the offline PET exists)."""
+        if self.offline is None:
+            return
         m = self.hp["ema_decay"]
         for off, on in zip(self.offline.parameters(), self.online.parameters()):
             off.mul_(m).add_(on.detach(), alpha=1 - m)
@@ -129,14 +155,19 @@ class LAE(clh.Method):
     def learn(self, experience):
         self.labels.add(experience)
         self.seen[list(experience.classes)] = True
+        pilot, first = self.hp["variant"] == "pilot", self.tasks_learned == 0
+        if self.offline is None and not first:   # the authors: θ_off starts as the online PET of task 1
+            self.offline = copy.deepcopy(self.online).requires_grad_(False)
+        freeze = self.hp["freeze_epochs"] if pilot or not first else 0   # the authors skip it on task 1
         trainer = Trainer.for_method(self, [*self.online.parameters(), *self.head.parameters()])
         gen = torch.Generator().manual_seed(experience.seed)
         for epoch in range(self.context.epochs):
-            self.online.requires_grad_(epoch >= self.hp["freeze_epochs"])   # first the classifier alone
+            self.online.requires_grad_(epoch >= freeze)   # first the classifier alone
             for x, y in experience.batches(generator=gen):
                 self.train_step(trainer, x, y)
         trainer.check()
         self.online.requires_grad_(True)
+        self.tasks_learned += 1
 
     @torch.no_grad()
     def probabilities(self, x: torch.Tensor, pets: nn.ModuleList) -> torch.Tensor:
@@ -153,5 +184,7 @@ class LAE(clh.Method):
         if not self.seen.any():
             return torch.full((len(x), self.context.num_classes), NEG, device=x.device)
         with torch.autocast("cuda", dtype=torch.float16, enabled=self.context.amp and x.is_cuda):
-            both = torch.maximum(self.probabilities(x, self.online), self.probabilities(x, self.offline))
+            both = self.probabilities(x, self.online)
+            if self.offline is not None:
+                both = torch.maximum(both, self.probabilities(x, self.offline))
         return both.masked_fill(~self.seen, NEG)

@@ -285,7 +285,7 @@ def test_l2p_selects_prompts_by_key_query_cosine_and_prepends_them(prompted, dat
     assert torch.equal(idx, cos.topk(2, dim=1).indices) and torch.allclose(sim, cos.gather(1, idx))
     vit = vit_of(method.frozen, "l2p")
     tokens = embed(vit, x)
-    prompts = method.pool.prompts[idx].flatten(1, 2)                  # 2 prompts x length 3
+    prompts = method.pool.prompts[idx].flatten(1, 2) + vit.pos_embed[:, :1]   # 2 prompts x length 3, [CLS]'s position
     out = forward_blocks(vit, torch.cat([tokens[:, :1], prompts, tokens[:, 1:]], 1))
     torch.testing.assert_close(method.features(x), out[:, 1:7].mean(1), rtol=1e-5, atol=1e-5)
 

@@ -161,11 +161,13 @@ def test_ease_adds_one_frozen_adapter_set_per_task_and_complements_old_prototype
 
 
 def test_lae_offline_pet_is_the_ema_of_the_online_one_and_predictions_ensemble_both(data):
-    method = METHODS["lae"](context(epochs=1), layers="0-1", ema_decay=0.9, freeze_epochs=0, lr=0.01)
+    method = METHODS["lae"](context(epochs=1), layers="0-1", ema_decay=0.9, freeze_epochs=0, lr=0.01,
+                            variant="pilot")   # the offline PET exists before any task (PILOT)
+    from clharness.toolkit.training import Trainer
     exp = experiences(data)[0]
     method.labels.add(exp)
     method.seen[list(exp.classes)] = True
-    trainer = clh.training.Trainer.for_method(method, [*method.online.parameters(), *method.head.parameters()])
+    trainer = Trainer.for_method(method, [*method.online.parameters(), *method.head.parameters()])
     x, y = next(exp.batches(16, shuffle=False))
     for _ in range(2):
         off = [p.clone() for p in method.offline.parameters()]
@@ -275,7 +277,7 @@ def test_hide_prompt_infers_the_task_from_stored_statistics_only(data):
     centres = 5 * torch.randn(4, 192, generator=gen)
     for c in range(4):
         method.uninstructed.means[c], method.uninstructed.covs[c] = centres[c], 0.01 * torch.eye(192)
-    method.align(method.tii_head, method.uninstructed)
+    method.align(method.tii_head, method.uninstructed, method.hp["ca_lr"], method.hp["samples_per_class"])
     assert torch.equal(method.tii_head(centres)[:, :4].argmax(1), torch.arange(4))
 
 
@@ -310,9 +312,10 @@ def test_new_methods_clone_independently_and_count_their_state(name, hp, data):
     grown, report = twin.memory_report(), method.memory_report()
     size = lambda r: r.parameters + r.tensor_elements   # noqa: E731
     assert report.exemplars == 0
-    if name == "lae":                                       # its two PETs exist from the start
-        parts = (method.head, method.online, method.offline)  # the shared frozen ViT is not counted (B.4)
+    if name == "lae":                                       # the offline PET appears with task 2 (the authors')
+        parts = (method.head, method.online)                  # the shared frozen ViT is not counted (B.4)
         assert size(report) == size(bare) == sum(p.numel() for m in parts for p in m.parameters()) + CLASSES   # + seen
+        assert size(grown) == size(report) + sum(p.numel() for p in twin.offline.parameters())
     else:                                                   # components, branches, bases, statistics
         assert size(report) > size(bare)
     assert size(grown) >= size(report)

@@ -43,6 +43,26 @@ def insert_prompts(tokens: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
     return torch.cat([tokens[:, :1], prompts, tokens[:, 1:]], dim=1)
 
 
+def prompt_position(vit: nn.Module) -> torch.Tensor:
+    """(1, 1, D): the position embedding the reference L2P adds to every prompt token. Its ViT sizes
+    ``pos_embed`` for [CLS] + N·Lp prompts + patches, and loading the pretrained weights copies the
+    [CLS] entry to the N·Lp prompt slots (l2p-pytorch ``resize_pos_embed``), so each prompt token
+    enters the blocks as p + pos[CLS]. Zero where the ViT gives [CLS] no position embedding."""
+    pos = getattr(vit, "pos_embed", None)
+    if pos is None or getattr(vit, "no_embed_class", False):
+        return torch.zeros(1, 1, vit.embed_dim, device=vit.cls_token.device, dtype=vit.cls_token.dtype)
+    return pos[:, :1]
+
+
+def batchwise_vote(idx: torch.Tensor, pool_size: int) -> torch.Tensor:
+    """The official L2P/DualPrompt code's ``batchwise_prompt``: the k = idx.shape[1] prompt ids chosen
+    most often over the whole batch (ties to the lower id), given to every sample: (B, k). At test
+    time this lets a batch of one task's images vote, which the per-sample rule of the papers cannot."""
+    counts = torch.bincount(idx.flatten(), minlength=pool_size)
+    major = torch.sort(counts, descending=True, stable=True).indices[: idx.shape[1]]
+    return major.expand(len(idx), -1)
+
+
 def prefix_attention(attn: nn.Module, x: torch.Tensor, prefix: torch.Tensor | None) -> torch.Tensor:
     """timm ``Attention.forward`` with key/value prefixes: prefix (B, 2, L, D) holds p_K and p_V
     (DualPrompt eq. 2: f_prefix(p, h) = MSA(h_Q, [p_K; h_K], [p_V; h_V]))."""

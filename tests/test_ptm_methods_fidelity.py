@@ -1,0 +1,224 @@
+"""Issue 29 items 3-7: LAE, HiDe-Prompt, L2P and DualPrompt as their reference code runs them, on
+the tiny "pretrained" ViT of test_ptm_methods (2 blocks, 32x32 inputs, 8x8 patches, 6 synthetic
+classes in 3 tasks). Each test writes the reference's rule out by hand on the trained method."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import clharness as clh
+from clharness.toolkit.training import Trainer
+from clharness.toolkit.vit_prompts import embed, vit_of
+from clharness_methods import REFERENCE_METHODS
+from test_ptm_methods import context, data, experiences, pretrained  # noqa: F401
+
+METHODS = {cls.name: cls for cls in REFERENCE_METHODS}
+LAE = dict(layers="0-1", lr=0.01)
+
+
+def params(module):
+    return [p.detach().clone() for p in module.parameters()]
+
+
+def same(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+# ----------------------------------------------------------------------------------------------- LAE
+def test_lae_offline_pet_is_the_trained_online_pet_when_the_second_task_starts(data):
+    """gqk/LAE main.py: no offline PET during task 1; setup of task 2 makes ModelEmaV2(self.pets), a
+    copy of the online PET trained on task 1; from then on θ_off ← m θ_off + (1 − m) θ_on."""
+    exps = experiences(data)
+    method = METHODS["lae"](context(epochs=1), ema_decay=1.0, freeze_epochs=0, **LAE)
+    method.learn(exps[0])
+    assert method.offline is None
+    trained = params(method.online)
+    method.learn(exps[1])
+    assert same(params(method.offline), trained)                # m = 1: the copy, unchanged by the EMA
+    assert not same(params(method.online), trained)             # while the online PET moved on
+    # m = 0: θ_off ← θ_on after every step, so the offline PET ends as the online one
+    follow = METHODS["lae"](context(epochs=1), ema_decay=0.0, freeze_epochs=0, **LAE)
+    follow.learn(exps[0])
+    follow.learn(exps[1])
+    assert same(params(follow.offline), params(follow.online))
+    # PILOT's variant: the offline PET is the untrained PET from the start
+    pilot = METHODS["lae"](context(epochs=1), ema_decay=1.0, freeze_epochs=0, variant="pilot", **LAE)
+    untrained = params(pilot.online)
+    pilot.learn(exps[0])
+    assert same(params(pilot.offline), untrained) and not same(params(pilot.online), untrained)
+
+
+def test_lae_freezes_the_pet_for_the_first_epochs_of_later_tasks_only(data):
+    """The authors' pre_train_epoch returns on task 0; PILOT freezes on every task."""
+    exps = experiences(data)
+    method = METHODS["lae"](context(epochs=1), freeze_epochs=1, **LAE)
+    start = params(method.online)
+    method.learn(exps[0])
+    after_first = params(method.online)
+    assert not any(torch.equal(a, b) for a, b in zip(start, after_first))   # task 1 trains the PET at once
+    head = method.head.weight.detach().clone()
+    method.learn(exps[1])
+    assert same(params(method.online), after_first)                          # task 2: its one epoch frozen
+    assert not torch.equal(method.head.weight, head)                          # the classifier learned
+    pilot = METHODS["lae"](context(epochs=1), freeze_epochs=1, variant="pilot", **LAE)
+    start = params(pilot.online)
+    pilot.learn(exps[0])
+    assert same(params(pilot.online), start)
+
+
+def test_lae_first_task_predicts_with_the_online_model_alone(data):
+    exps = experiences(data)
+    xt, _ = next(data[2][0].batches(6, shuffle=False))
+    method = METHODS["lae"](context(epochs=1), **LAE)
+    method.learn(exps[0])
+    p_on = F.softmax(method.head(method.represent(xt, method.online))[:, :2], 1)
+    torch.testing.assert_close(method.predict(xt)[:, :2], p_on, rtol=1e-5, atol=1e-6)
+    pilot = METHODS["lae"](context(epochs=1), variant="pilot", **LAE)
+    pilot.learn(exps[0])
+    p_on = F.softmax(pilot.head(pilot.represent(xt, pilot.online))[:, :2], 1)
+    p_off = F.softmax(pilot.head(pilot.represent(xt, pilot.offline))[:, :2], 1)
+    torch.testing.assert_close(pilot.predict(xt)[:, :2], torch.maximum(p_on, p_off), rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------- HiDe-Prompt
+HIDE = dict(lr=0.01, layers="0-1", prompt_length=4, ca_epochs=0, prompt_momentum=0.0)
+
+
+def test_hide_prompt_new_e_prompt_is_the_previous_tasks(data):
+    """thu-ml/HiDe-Prompt (shared_prompt_pool, on by default): prompt[task t] = prompt[task t-1]
+    before task t trains."""
+    exps = experiences(data)
+    for init, copied in (("previous", True), ("uniform", False)):
+        method = METHODS["hide_prompt"](context(epochs=1), prompt_init=init, **HIDE)
+        method.learn(exps[0])
+        first = method.e_prompts.detach()[0].clone()
+        method.context.epochs = 0                   # no training: the new task's prompt as initialised
+        method.learn(exps[1])
+        assert torch.equal(method.e_prompts[0], first)
+        assert torch.equal(method.e_prompts[1], first) is copied
+
+
+def test_hide_prompt_task_inference_trains_apart_at_its_own_learning_rate(data):
+    """The TII stage is a separate run at lr 0.0005 x 24 / 256 (Adam). One step of Adam moves every
+    weight with a gradient by lr · g / (|g| + eps) = ± lr: the step size is the lr itself."""
+    tasks, trains, _ = data
+    one_step = clh.Experience(trains[0], tasks[0], None, 64, 0)        # 48 images: one batch, one step
+    for hp, lr in (({}, 0.0005 * 24 / 256), ({"tii_lr": 1e-3}, 1e-3)):
+        method = METHODS["hide_prompt"](context(epochs=1), **HIDE, **hp)
+        before = method.tii_head.weight.detach().clone()
+        method.learn(one_step)
+        step = (method.tii_head.weight.detach() - before).abs()
+        assert step[:2].max().item() == pytest.approx(lr, rel=1e-3)     # the task's two classes' rows
+        assert step[2:].max().item() == 0                                 # masked classes: no gradient
+    assert METHODS["hide_prompt"].hparams["reg"].default == 0.1          # the authors' CIFAR-100 script
+    trainer = Trainer.for_method(method, [method.e_prompts])
+    assert trainer.clip_grad == 1.0                                       # --clip-grad 1.0
+
+
+def test_hide_prompt_alignment_samples_per_class_and_learning_rates(data, monkeypatch):
+    """TII alignment (hide_tii_engine): batch_size = 24 samples per class, SGD at ca_lr scaled by
+    24 / 256; TAP (hide_promtp_wtp_and_tap_engine): batch_size x 5 = 120 per class, ca_lr 0.005."""
+    from clharness_methods.hide_prompt import ClassGaussians
+    exps = experiences(data)
+    method = METHODS["hide_prompt"](context(epochs=1), **{**HIDE, "ca_epochs": 1})
+    draws, lrs = [], []
+    sample, sgd = ClassGaussians.sample, torch.optim.SGD
+
+    def spy_sample(stats, n, gen):
+        draws.append(("tii" if stats is method.uninstructed else "tap", n))
+        return sample(stats, n, gen)
+
+    def spy_sgd(params, lr, **kw):
+        lrs.append(lr)
+        return sgd(params, lr=lr, **kw)
+    monkeypatch.setattr(ClassGaussians, "sample", spy_sample)
+    monkeypatch.setattr(torch.optim, "SGD", spy_sgd)
+    method.learn(exps[0])
+    assert draws == [] and lrs == []                                      # nothing to align after task 1
+    method.learn(exps[1])
+    assert draws == [("tii", 24), ("tap", 120)]
+    assert lrs == pytest.approx([0.005 * 24 / 256, 0.005])
+
+
+# ------------------------------------------------------------------------------- L2P and DualPrompt
+def by_hand_l2p_features(method, x, idx):
+    """The reference forward: [CLS] + pos[0], the selected prompts + pos[0] (the resized pos_embed
+    copies the [CLS] entry to the prompt slots), the patches + their positions; blocks, norm; the
+    mean output at the prompt positions."""
+    vit = vit_of(method.frozen, "l2p")
+    pos = vit.pos_embed
+    prompts = method.pool.prompts[idx].flatten(1, 2) + pos[:, :1]
+    h = torch.cat([(vit.cls_token + pos[:, :1]).expand(len(x), -1, -1), prompts,
+                   vit.patch_embed(x) + pos[:, 1:]], 1)
+    for block in vit.blocks:
+        h = block(h)
+    return vit.norm(h)[:, 1:1 + prompts.shape[1]].mean(1)
+
+
+def test_l2p_prompt_tokens_carry_the_cls_position_embedding(data):
+    method = METHODS["l2p"](context(), lr=0.01, pool_size=6, top_n=2, prompt_length=3)
+    x, _ = next(data[2][1].batches(5, shuffle=False))
+    q = method.frozen(x)
+    idx = (F.normalize(q, dim=1) @ F.normalize(method.pool.keys, dim=1).T).topk(2, dim=1).indices
+    with torch.no_grad():
+        torch.testing.assert_close(method.features(x), by_hand_l2p_features(method, x, idx), rtol=1e-5, atol=1e-5)
+        assert torch.equal(embed(vit_of(method.frozen, "l2p"), x)[:, :1],
+                           (vit_of(method.frozen, "l2p").cls_token + vit_of(method.frozen, "l2p").pos_embed[:, :1])
+                           .expand(5, -1, -1))
+
+
+def test_batchwise_prompt_selection_votes_the_batchs_most_chosen_prompts(data):
+    """l2p-pytorch prompt.py, batchwise_prompt: unique ids of the batch's top-k choices, the k with
+    the highest counts, expanded to the batch."""
+    from clharness_methods.l2p import PromptPool
+    pool = PromptPool(4, 1, 4)
+    with torch.no_grad():
+        pool.keys.copy_(torch.eye(4))
+    q = torch.tensor([[0.1, 0, 1, 0.2], [0, 0.2, 1, 0.1], [0.3, 0, 1, 0], [1, 0, 0, 0.5], [0, 0, 0.2, 1]])
+    cos = F.normalize(q, dim=1) @ torch.eye(4)
+    own, _ = pool.select(q, 2)
+    assert own.tolist() == [[2, 3], [2, 1], [2, 0], [0, 3], [3, 2]]      # per sample (the paper)
+    # counts over the batch: id 0: 2, id 1: 1, id 2: 4, id 3: 3 -> ids 2 and 3 for every sample
+    idx, sim = pool.select(q, 2, batchwise=True)
+    assert idx.tolist() == [[2, 3]] * 5
+    torch.testing.assert_close(sim, cos[:, [2, 3]])
+    assert pool.select(q, 1, batchwise=True)[0].tolist() == [[2]] * 5
+    # in the method: every image of the batch is prompted with the voted prompts
+    method = METHODS["l2p"](context(), lr=0.01, pool_size=6, top_n=2, prompt_length=3, prompt_selection="batchwise")
+    x = torch.cat([next(data[2][t].batches(3, shuffle=False))[0] for t in range(3)])
+    qx = method.frozen(x)
+    top = (F.normalize(qx, dim=1) @ F.normalize(method.pool.keys, dim=1).T).topk(2, dim=1).indices
+    counts = torch.bincount(top.flatten(), minlength=6).tolist()
+    voted = sorted(range(6), key=lambda i: (-counts[i], i))[:2]
+    with torch.no_grad():
+        torch.testing.assert_close(method.features(x), by_hand_l2p_features(method, x, torch.tensor([voted] * 9)),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_dualprompt_batchwise_selection_gives_the_batch_its_most_matched_e_prompt(data):
+    PROMPT = dict(lr=0.16, g_layers="0-0", e_layers="1-1")
+    exps = experiences(data)
+    method = METHODS["dualprompt"](context(epochs=1), prompt_selection="batchwise", **PROMPT)
+    for exp in exps:
+        method.learn(exp)
+    x = torch.cat([next(data[2][t].batches(n, shuffle=False))[0] for t, n in ((0, 2), (1, 5), (2, 3))])
+    q = method.frozen(x)
+    own = (F.normalize(q, dim=1) @ F.normalize(method.e_keys, dim=1).T).argmax(1)
+    counts = torch.bincount(own, minlength=3).tolist()
+    mode = max(range(3), key=lambda i: (counts[i], -i))
+    assert len(set(own.tolist())) > 1                      # the images disagree: the vote decides
+    with torch.no_grad():
+        expected = method.represent(x, torch.full((10,), mode, dtype=torch.long))
+        torch.testing.assert_close(method.features(x), expected, rtol=1e-5, atol=1e-5)
+        per_sample = METHODS["dualprompt"](context(epochs=1), **PROMPT)
+        per_sample.__dict__.update({k: v for k, v in method.__dict__.items() if k != "hp"})
+        torch.testing.assert_close(per_sample.features(x), method.represent(x, own), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("config,lr,length", [("custom", 0.005, 20), ("imr", 0.005, 20), ("cifar100", 0.03, 5)])
+def test_dualprompt_ships_each_datasets_reference_config(config, lr, length):
+    """dualprompt-pytorch configs/imr_dualprompt.py: lr 0.005, --length 20; cifar100_dualprompt.py:
+    lr 0.03, --length 5 (both: G-prompt 5 on layers 0-1, E on 2-4, batch 24, lr x 24 / 256)."""
+    method = METHODS["dualprompt"](context(), config=config, g_layers="0-0", e_layers="1-1")
+    assert method.e_prompts.shape[3] == length
+    trainer = Trainer.for_method(method, list(method.head.parameters()))
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(lr * 16 / 256)
