@@ -70,7 +70,10 @@ class BiC(ExemplarLearner):
     hparams = {**{k: v for k, v in incremental_space().items() if k != "rehearsal"},   # its own split
                "temperature": clh.Float(0.5, 10.0, default=2.0),
                "kd_lambda": clh.Float(0.0, 10.0, default=0.0),
-               "split_ratio": clh.Float(0.01, 0.5, default=0.1)}
+               "split_ratio": clh.Float(0.01, 0.5, default=0.1),
+               # the network's mode in stage 2: "train" (PyCIL: BatchNorm normalises with the batch's
+               # statistics and updates its running ones; no weight but alpha, beta changes) or "eval"
+               "stage2_mode": clh.Choice(["train", "eval"], default="train")}
     # GTEP Table 4: T (KD), lambda (KD) ("lambda_kd = 0": the adaptive rule) and split ratio of BiC.
     tuning_space = {"temperature": clh.Choice([0.5, 1.0, 1.5, 2.0, 2.5]),
                     "kd_lambda": clh.Choice([0.5, 1.0, 1.5, 2.0, 3.0]),
@@ -127,12 +130,14 @@ class BiC(ExemplarLearner):
 
     def correct_bias(self, vx, vy, augment=None):
         """Eq. 6: L_b = -sum_k delta_{y=k} log softmax(q)_k over the validation set, only alpha and
-        beta of the newest bias layer trained (the network in eval mode: frozen, BN included)."""
+        beta of the newest bias layer trained. The network runs in ``stage2_mode``: train mode (PyCIL
+        ``_run`` calls ``train()`` every epoch: BatchNorm uses and tracks the validation batches'
+        statistics) or eval mode (running statistics, untouched)."""
         layer = self.model.bias_layers[-1]
         bs = self.context.batch_size
         self.labels.epoch_steps = math.ceil(len(vy) / bs)
         trainer = Trainer.for_method(self, layer.parameters())
-        self.model.eval()
+        self.model.train(self.hp["stage2_mode"] == "train")
         def loss(x, y):
             with torch.no_grad():
                 raw = self.model.head(self.model.backbone(x))

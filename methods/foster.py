@@ -72,6 +72,9 @@ class FOSTER(SupervisedMethod):
                "fe_weight": clh.Float(0.0, 10.0, default=1.0),         # lambda (FE)
                "temperature": clh.Float(0.1, 10.0, default=2.0),
                "compression_epochs": clh.Int(0, 1000, default=0),
+               # which network predicts after a task: the compressed single-backbone student (the
+               # paper's model; the authors' "darknet eval") or PyCIL eval_task's two-backbone teacher
+               "predictor": clh.Choice(["student", "teacher"], default="student"),
                **rehearsal_space()}
     hparams["scheduler"] = clh.Choice(["constant", "steplr", "cosine"], default="cosine")
     # GTEP Table 4: FOSTER's own sets (T, lambda KD, lambda FE, beta1, beta2, post-FT epochs)
@@ -91,6 +94,7 @@ class FOSTER(SupervisedMethod):
         self.gen = torch.Generator().manual_seed(context.seed)
         self.seen = torch.zeros(0, dtype=torch.long, device=context.device)
         self.old: list[int] = []
+        self.student = None                       # held while the teacher predicts (predictor="teacher")
 
     # --- losses -----------------------------------------------------------------------------------
     def seen_targets(self, y: torch.Tensor) -> torch.Tensor:
@@ -157,6 +161,8 @@ class FOSTER(SupervisedMethod):
             self.learn_task(experience)
 
     def learn_task(self, experience):
+        if self.student is not None:            # PyCIL: the next task starts from the student (_snet)
+            self.model, self.student = self.student, None
         self.old = list(self.labels.seen)
         self.labels.add(experience)
         self.seen = torch.tensor(self.labels.seen, device=self.context.device)
@@ -175,7 +181,11 @@ class FOSTER(SupervisedMethod):
         student = self.compress(experience, teacher)
         self.model = teacher                    # PyCIL herds the new exemplars with the teacher
         update_memory(self, self.memory, experience, len(self.labels.seen))
-        self.model, self.fe_head, self.old_head = student, None, None
+        if self.hp["predictor"] == "teacher":  # PyCIL eval_task: the teacher predicts until the next task
+            self.student = student
+        else:
+            self.model = student
+        self.fe_head = self.old_head = None
         del self.w1, self.w2
 
     @torch.no_grad()

@@ -196,3 +196,103 @@ def test_xder_eta_and_margin_weigh_the_constraints_as_the_preset_says():
         assert (hinge > 0).any()                                   # the constraint is active here
         expected = ce + eta * float(hinge[hinge > 0].mean())
         assert got == pytest.approx(expected, rel=1e-5, abs=1e-7), preset
+
+
+# --- item 8: FOSTER's student (the paper's single-backbone model) or PyCIL eval_task's teacher ----------
+
+def mlp_features(branch, x):
+    """relu(A x + c) of a 1-layer MLP branch, written out."""
+    lin = branch.net[1]
+    return torch.relu(x.flatten(1) @ lin.weight.T + lin.bias)
+
+
+def hand_logits(net, x, seen, num_classes):
+    feats = torch.cat([mlp_features(b, x) for b in net.branches], 1)
+    z = feats @ net.head.weight.T + net.head.bias
+    unseen = torch.ones(num_classes, dtype=torch.bool)
+    unseen[seen] = False
+    return z.masked_fill(unseen, -1e4)
+
+
+@pytest.mark.parametrize("predictor", ["student", "teacher"])
+def test_foster_predicts_with_the_chosen_network(predictor):
+    torch.manual_seed(0)
+    foster = METHODS["foster"](tiny_context(num_classes=6), compression_epochs=1, predictor=predictor)
+    x = torch.randn(5, 1, 2, 2, generator=torch.Generator().manual_seed(3))
+    for t, classes in enumerate([(0, 1), (2, 3), (4, 5)]):
+        foster.learn(experience(classes, seed=t))
+        seen = [c for cs in [(0, 1), (2, 3), (4, 5)][:t + 1] for c in cs]
+        # the first task has no compression: one backbone either way; later tasks: the teacher has the
+        # old (frozen) and the new backbone, the student one; each next task starts from the student
+        assert len(foster.model.branches) == (2 if predictor == "teacher" and t else 1)
+        assert (foster.student is not None) == (predictor == "teacher" and t > 0)
+        expected = hand_logits(foster.model, x, seen, 6)
+        assert torch.allclose(foster.predict(x), expected, atol=1e-5)
+    if predictor == "teacher":     # the teacher is not the student: the choice changes the predictions
+        assert not torch.allclose(foster.predict(x), hand_logits(foster.student, x, seen, 6), atol=1e-3)
+
+
+# --- item 8: BiC's stage 2 with the network in train mode (PyCIL _run calls train() every epoch) --------
+
+class BNBackbone(nn.Module):
+    """Flatten, Linear(4, 3), BatchNorm1d(3), ReLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.bn, self.out_dim = nn.Linear(4, 3), nn.BatchNorm1d(3), 3
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.lin(x.flatten(1))))
+
+
+def bic_stage2(mode):
+    """BiC after task 1 (classes 0, 1), set up for task 2 (classes 2, 3); stage 2 on 4 held-out samples
+    (one batch, one epoch). Returns the method before and after, and the validation set."""
+    from clharness_methods.bic import BiasLayer
+    torch.manual_seed(0)
+    bic = METHODS["bic"](tiny_context(epochs=1, backbone=BNBackbone), stage2_mode=mode)
+    bic.learn(experience((0, 1)))
+    bic.known = [0, 1]
+    exp = experience((2, 3), seed=1)
+    bic.labels.add(exp)
+    bic.seen_mask[[2, 3]] = True
+    bic.model.bias_layers.append(BiasLayer([2, 3]))
+    vx = torch.randn(4, 1, 2, 2, generator=torch.Generator().manual_seed(5))
+    vy = torch.tensor([0, 1, 2, 3])
+    before = {k: v.clone() for k, v in bic.model.state_dict().items()}
+    bic.correct_bias(vx, vy)
+    return bic, before, vx, vy
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_bic_stage2_network_mode(mode):
+    bic, before, vx, vy = bic_stage2(mode)
+    w, b = before["backbone.lin.weight"], before["backbone.lin.bias"]
+    u = vx.flatten(1) @ w.T + b
+    rm, rv = before["backbone.bn.running_mean"], before["backbone.bn.running_var"]
+    if mode == "train":        # batch statistics (biased variance) normalise; running ones move by 0.1
+        mean, var = u.mean(0), u.var(0, unbiased=False)
+        assert torch.allclose(bic.model.backbone.bn.running_mean, 0.9 * rm + 0.1 * mean, atol=1e-6)
+        assert torch.allclose(bic.model.backbone.bn.running_var, 0.9 * rv + 0.1 * u.var(0, unbiased=True), atol=1e-6)
+    else:                      # running statistics normalise and stay put
+        mean, var = rm, rv
+        assert torch.equal(bic.model.backbone.bn.running_mean, rm)
+    h = torch.relu((u - mean) / torch.sqrt(var + 1e-5) * before["backbone.bn.weight"] + before["backbone.bn.bias"])
+    z = h @ before["head.weight"].T + before["head.bias"]
+    z = z.clone()
+    z[:, [0, 1]] = before["bias_layers.0.alpha"] * z[:, [0, 1]] + before["bias_layers.0.beta"]  # task 1's layer
+    alpha = torch.tensor(1.0, requires_grad=True)
+    beta = torch.tensor(0.0, requires_grad=True)
+    q = torch.cat([z[:, :2], alpha * z[:, 2:] + beta], 1)               # eq. 5 on the new classes 2, 3
+    F.cross_entropy(q, vy).backward()                                   # eq. 6
+    lr, wd = bic.hp["lr"], bic.hp["weight_decay"]
+    layer = bic.model.bias_layers[-1]
+    # one SGD step from alpha = 1, beta = 0 (the momentum buffer starts at the gradient)
+    assert layer.alpha.item() == pytest.approx(1.0 - lr * (alpha.grad.item() + wd * 1.0), abs=1e-6)
+    assert layer.beta.item() == pytest.approx(0.0 - lr * beta.grad.item(), abs=1e-6)
+    for k in ("backbone.lin.weight", "head.weight", "bias_layers.0.alpha"):   # frozen in stage 2
+        assert torch.equal(bic.model.state_dict()[k], before[k])
+
+
+def test_bic_stage2_defaults_to_train_mode():
+    assert METHODS["bic"].hparams["stage2_mode"].default == "train"
