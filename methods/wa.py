@@ -1,5 +1,6 @@
 """WA: weight aligning (Zhao et al. 2020, "Maintaining discrimination and fairness in class
-incremental learning"), as PyCIL ``models/wa.py`` trains it."""
+incremental learning"), as the authors' code (bwbwzhao/Weight-Aligning) and PyCIL ``models/wa.py``
+train it."""
 import torch
 import torch.nn.functional as F
 
@@ -7,14 +8,18 @@ import clharness as clh
 from clharness.toolkit.exemplars import ExemplarLearner, incremental_space, kd_loss
 
 
-def align_weights(weight: torch.Tensor, old: list[int], new: list[int]) -> float:
-    """Weight aligning, in place (Zhao et al. 2020, sec. 3.3): Norm_old = (||W_1||, ..., ||W_old||),
-    Norm_new likewise, gamma = Mean(Norm_old) / Mean(Norm_new), W_new <- gamma W_new; the biases are
-    left alone (PyCIL ``IncrementalNet.weight_align``). Returns gamma."""
+def align_weights(weight: torch.Tensor, old: list[int], new: list[int], p: float = 2,
+                  max_gamma: float | None = None) -> float:
+    """Weight aligning, in place (Zhao et al. 2020, sec. 3.3): Norm_old = (||W_1||_p, ..., ||W_old||_p),
+    Norm_new likewise, gamma = Mean(Norm_old) / Mean(Norm_new), clamped to ``max_gamma`` when given
+    (the authors' code: ``clamp_(max=1.0)``), W_new <- gamma W_new. The biases are left alone.
+    Returns gamma."""
     if not old or not new:
         raise ValueError("weight aligning needs old and new classes")
     with torch.no_grad():
-        gamma = weight[old].norm(dim=1).mean() / weight[new].norm(dim=1).mean()
+        gamma = weight[old].norm(p=p, dim=1).mean() / weight[new].norm(p=p, dim=1).mean()
+        if max_gamma is not None:
+            gamma = gamma.clamp(max=max_gamma)
         weight[new] *= gamma
     return float(gamma)
 
@@ -24,20 +29,44 @@ class WA(ExemplarLearner):
     (1 - lambda) CE + lambda KD, lambda = old classes / seen classes (the adaptive rule, when
     ``kd_lambda`` = 0, the default) or CE + ``kd_lambda`` KD otherwise, KD at temperature
     ``temperature`` over the old classes. After every task but the first the new classes' head
-    weights are rescaled so their mean norm equals the old classes' (``align_weights``).
-    ``clip_weights`` (default on) keeps the head's weights non-negative after every step, the
-    paper's weight clipping (sec. 3.3), which PyCIL leaves out (``clip_weights=False`` is PyCIL).
+    weights are rescaled by gamma = Mean(||W_old||_p) / Mean(||W_new||_p) (``align_weights``).
 
-    Deliberate differences from PyCIL: weight clipping (above, as the paper); the head covers
-    the global classes from the start (logits of unseen classes are left out of the loss and
-    predictions; PyCIL grows its head); exemplars join every batch in a fixed share
-    (``rehearsal_batches``); the schedule is the harness's; PyCIL aligns twice (after training
-    and in after_task, the second time with gamma = 1), here once."""
+    As the authors' code (bwbwzhao/Weight-Aligning, ``main.py`` defaults, ``iLearn.py``), the
+    defaults are: p = 1 (``align_norm``; its ``--norm 1``), gamma clamped at 1 (``clamp_gamma``;
+    ``alpha.clamp_(max=1.0)``: new classes are only ever scaled down), a head without bias
+    (``head_bias=False``; ``nn.Linear(..., bias=args.withbias)``, off), and the head's weights
+    kept non-negative after every step (``clip_weights``; its ``--restrict``, the paper's weight
+    clipping). PyCIL ``models/wa.py`` (``IncrementalNet.weight_align``) instead uses L2 norms, no
+    clamp, a head with bias (left unscaled) and no clipping: ``align_norm=2, clamp_gamma=False,
+    head_bias=True, clip_weights=False``.
+
+    Deliberate differences: the head covers the global classes from the start (logits of unseen
+    classes are left out of the loss and predictions; both references grow it); the aligned weights
+    are written into the head (the authors scale the new classes' outputs at test time and let the
+    old model's distillation targets see the same scaling: equal predictions and targets, but the
+    next task trains from the scaled weights where the authors' code starts a fresh head); the
+    schedule is the harness's; PyCIL aligns twice (after training and in after_task, the second time
+    with gamma = 1), here once. The paper's text was not available offline: its norm and clamp are
+    taken from the authors' code."""
     name = "wa"
+    paper = ("Zhao, Xiao, Gan, Zhang, Xia, Maintaining Discrimination and Fairness in Class Incremental "
+             "Learning, CVPR 2020")
+    reference = "bwbwzhao/Weight-Aligning: iLearn.py, main.py (and G-U-N/PyCIL: models/wa.py)"
+    deviations = (
+        "head over the global classes from the start, unseen classes masked (references grow it)",
+        "aligned weights written into the head; the authors scale outputs and re-create the head per task",
+        "learning-rate schedule: the harness's",
+        "PyCIL's variant (L2 norms, no gamma clamp, FC bias, no clipping) as options",
+    )
+    # 2: joint rehearsal (one loader over data + exemplars); the authors' L1 norm, gamma <= 1, no FC bias
+    version = "2"
     hparams = {**incremental_space(),
                "temperature": clh.Float(0.5, 10.0, default=2.0),
                "kd_lambda": clh.Float(0.0, 10.0, default=0.0),
-               "clip_weights": clh.Choice([True, False], default=True)}
+               "clip_weights": clh.Choice([True, False], default=True),
+               "align_norm": clh.Choice([1, 2], default=1),              # p of ||W||_p (authors 1, PyCIL 2)
+               "clamp_gamma": clh.Choice([True, False], default=True),   # gamma <= 1 (authors; PyCIL: no)
+               "head_bias": clh.Choice([False, True], default=False)}    # FC bias (authors: none; PyCIL: yes)
     # GTEP Table 4: T (KD) and lambda (KD) of BiC/WA/FOSTER ("lambda_kd = 0": the adaptive rule).
     tuning_space = {"temperature": clh.Choice([0.5, 1.0, 1.5, 2.0, 2.5]),
                     "kd_lambda": clh.Choice([0.5, 1.0, 1.5, 2.0, 3.0])}
@@ -45,6 +74,10 @@ class WA(ExemplarLearner):
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)
         self.gammas: list[float] = []
+        if not self.hp["head_bias"]:          # the authors' FC has no bias: zero and never trained
+            with torch.no_grad():
+                self.model.head.bias.zero_()
+            self.model.head.bias.requires_grad_(False)
 
     def loss(self, x, y):
         logits = self.model(x)
@@ -72,4 +105,5 @@ class WA(ExemplarLearner):
         if self.known:
             new = [c for c in experience.classes if c not in self.known]
             if new:
-                self.gammas.append(align_weights(self.model.head.weight, self.known, new))
+                self.gammas.append(align_weights(self.model.head.weight, self.known, new, self.hp["align_norm"],
+                                                 1.0 if self.hp["clamp_gamma"] else None))

@@ -296,3 +296,57 @@ def test_bic_stage2_network_mode(mode):
 
 def test_bic_stage2_defaults_to_train_mode():
     assert METHODS["bic"].hparams["stage2_mode"].default == "train"
+
+
+# --- item 12 (WA): the authors' L1 norm, gamma <= 1 and no FC bias; PyCIL's variant as options ----------
+
+def test_align_weights_by_hand_l1_l2_and_the_clamp():
+    from clharness_methods.wa import align_weights
+    w = torch.tensor([[3.0, 4.0], [0.0, 1.0], [6.0, 8.0], [0.0, 10.0]])
+    # L1: old norms 7, 1 (mean 4), new 14, 10 (mean 12): gamma = 1/3
+    a = w.clone()
+    assert align_weights(a, [0, 1], [2, 3], p=1, max_gamma=1.0) == pytest.approx(1 / 3)
+    assert torch.allclose(a[2:], w[2:] / 3) and torch.equal(a[:2], w[:2])
+    # L2: old 5, 1 (mean 3), new 10, 10: gamma = 0.3
+    a = w.clone()
+    assert align_weights(a, [0, 1], [2, 3], p=2) == pytest.approx(0.3)
+    # new rows weaker than the old ones: L1 gamma = 12 / 4 = 3, clamped to 1 (the authors) or not (PyCIL)
+    v = torch.tensor([[6.0, 8.0], [0.0, 10.0], [3.0, 4.0], [0.0, 1.0]])
+    a = v.clone()
+    assert align_weights(a, [0, 1], [2, 3], p=1, max_gamma=1.0) == 1.0 and torch.equal(a, v)
+    a = v.clone()
+    assert align_weights(a, [0, 1], [2, 3], p=1) == pytest.approx(3.0) and torch.allclose(a[2:], 3 * v[2:])
+
+
+def wa_before_alignment(**hp):
+    """WA after two tasks, and its head's weights just before the second task's alignment."""
+    torch.manual_seed(0)
+    wa = METHODS["wa"](tiny_context(), **hp)
+    wa.learn(experience((0, 1)))
+    seen = {}
+    align = wa.after_training
+
+    def spy(exp):
+        seen["w"] = wa.model.head.weight.detach().clone()
+        align(exp)
+    wa.after_training = spy
+    wa.learn(experience((2, 3), seed=1))
+    return wa, seen["w"]
+
+
+@pytest.mark.parametrize("hp, p, clamp", [({}, 1, True), ({"align_norm": 2, "clamp_gamma": False}, 2, False)])
+def test_wa_aligns_with_the_configured_norm_and_clamp(hp, p, clamp):
+    wa, w = wa_before_alignment(**hp)
+    gamma = w[[0, 1]].norm(p=p, dim=1).mean() / w[[2, 3]].norm(p=p, dim=1).mean()
+    gamma = min(float(gamma), 1.0) if clamp else float(gamma)
+    assert wa.gammas == [pytest.approx(gamma, rel=1e-6)]
+    assert torch.allclose(wa.model.head.weight[[2, 3]], gamma * w[[2, 3]], atol=1e-7)
+    assert torch.equal(wa.model.head.weight[[0, 1]], w[[0, 1]])
+
+
+def test_wa_head_has_no_bias_by_default():
+    wa, _ = wa_before_alignment()
+    assert not wa.model.head.bias.requires_grad and torch.equal(wa.model.head.bias, torch.zeros(4))
+    assert torch.equal(wa.old_model.head.bias, torch.zeros(4))
+    with_bias, _ = wa_before_alignment(head_bias=True)                 # PyCIL's head: a trained bias
+    assert with_bias.model.head.bias.requires_grad and with_bias.model.head.bias.abs().sum() > 0
