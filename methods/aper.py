@@ -38,6 +38,14 @@ PEFT = ["adapter", "finetune", "vpt_deep", "vpt_shallow", "ssf"]
 
 class APER(clh.Method):
     name = "aper"
+    paper = ("Zhou, Cai, Ye, Zhan & Liu, Revisiting Class-Incremental Learning with Pre-Trained Models: "
+             "Generalizability and Adaptivity are All You Need, IJCV 2024")
+    reference = "sun-hailong/LAMDA-PILOT: models/aper_adapter.py"
+    deviations = (
+        "the first-session adaptation runs the run's epochs (PILOT's tuned_epoch: 20)",
+        "VPT prompts are inserted after [CLS] rather than appended (same output without position embeddings on them)",
+        "optimizer 'adam' is torch Adam; PILOT's 'adam' builds AdamW (our 'adamw')",
+    )
     hparams = {**optimizer_space(lr=0.01, optimizer="sgd", momentum=0.9, weight_decay=0.0005),
                "scheduler": clh.Choice(["constant", "steplr", "cosine"], default="cosine"),
                "adapter": clh.Choice(PEFT, default="adapter"),

@@ -35,6 +35,14 @@ from clharness.toolkit.vit_prompts import vit_of
 
 class EASE(clh.Method):
     name = "ease"
+    paper = ("Zhou, Sun, Ye & Zhan, Expandable Subspace Ensemble for Pre-Trained Model-Based Class-Incremental "
+             "Learning, CVPR 2024")
+    reference = "sun-hailong/LAMDA-PILOT: models/ease.py"
+    deviations = (
+        "every task's adaptation runs the run's epochs (the code's init_epochs/later_epochs: 20)",
+        "the evaluation scale of the cosine classifier is 1 (the code's never-trained sigma); the training scale is "
+        "learnable per task, as the code's proxy classifier",
+    )
     hparams = {**optimizer_space(lr=0.025, optimizer="sgd", momentum=0.9, weight_decay=0.0005),
                "scheduler": clh.Choice(["constant", "steplr", "cosine"], default="cosine"),
                "ffn_num": clh.Int(1, 4096, default=64),

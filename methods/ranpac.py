@@ -62,6 +62,16 @@ class RidgeState(NamedTuple):
 
 class RanPAC(clh.Method):
     name = "ranpac"
+    paper = ("McDonnell, Gong, Parvaneh, Abbasnejad & van den Hengel, RanPAC: Random Projections and "
+             "Pre-trained Models for Continual Learning, NeurIPS 2023")
+    reference = "RanPAC/RanPAC: RanPAC.py"
+    deviations = (
+        "the first session uses the run's batch size and epochs (the code: 48 and 20)",
+        "lambda is searched over 10^-8 ... 10^13 (the code: up to 10^8) on a random 80/20 split (the code: the "
+        "first 80% of a shuffled loader)",
+        "on a backbone that is not a ViT phase 1 is skipped (nothing to put adapters or prompts in)",
+        "optimizer 'adam' is torch Adam; the code offers SGD only (PILOT's 'adam' builds AdamW, our 'adamw')",
+    )
     version = "2"   # phase 1 with PETL modules, on by default
     hparams = {
         "projection_dim": clh.Int(0, 100000, default=10000),   # M; 0 = no projection (ridge on f)

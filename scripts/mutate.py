@@ -127,6 +127,9 @@ MUTATIONS: tuple[Mutation, ...] = (
              "        check_checkpoint(model, path)   # a file of other weights than the suite names is refused\n",
              "",
              ("tests/test_ptm_input.py::test_a_checkpoint_of_other_weights_is_refused_with_both_names",)),
+    Mutation("ease-momentum-dropped", "methods/ease.py",
+             'optimizer_space(lr=0.025, optimizer="sgd", momentum=0.9', 'optimizer_space(lr=0.025, optimizer="sgd", momentum=0.0',
+             ("tests/test_ptm_properties.py::test_aper_ranpac_ease_default_to_pilots_sgd_momentum",)),
     # results store and the plugin's reuse logic
     Mutation("failed-runs-reused", "clharness/results.py",
              'REUSABLE = ("passed", "diverged", "not-applicable")', 'REUSABLE = ("passed", "diverged", "not-applicable", "failed")',
