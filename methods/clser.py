@@ -24,10 +24,14 @@ Augmentation as the reference: when the suite augments, the step trains on a ran
 batch, the memory stores the raw batch, and replayed samples get a fresh view (used by all three
 models).
 
+BatchNorm statistics of the EMA models, as the reference: the EMA update averages parameters only;
+each EMA model's running statistics move with its own forward passes on the memory minibatches, in
+training mode (the reference deepcopies the working net while it is in training mode and its
+``evaluate`` restores the mode afterwards), so they track the memory's statistics, not the working
+model's. ``ema_buffers = "copy-working"`` instead copies the working model's buffers into the EMA
+model at each of its updates (this harness's behaviour before issue 28).
+
 Deliberate differences from the reference:
-- the EMA models also copy the working model's buffers (BatchNorm running statistics) at each of
-  their updates; the reference averages parameters only, leaving the EMA models' BatchNorm
-  statistics at their initial values;
 - the update draws use the method's own seeded generator (reproducible snapshots), not the global RNG;
 - in task-incremental settings the CE competes within each sample's task (``TaskLabels``).
 """
@@ -44,13 +48,24 @@ from clharness_methods.derpp import raw_batches
 
 class CLSER(SupervisedMethod):
     name = "clser"
+    version = "2"   # 2: EMA BatchNorm statistics from the EMA models' own forwards (issue 28)
+    paper = "Arani, Sarfraz & Zonooz, Learning Fast, Learning Slow: A General Continual Learning Method " \
+            "based on Complementary Learning System, ICLR 2022"
+    reference = "NeurAI-Lab/CLS-ER: models/clser.py"
+    deviations = (
+        "the EMA update draws use the method's own seeded generator, not the global RNG",
+        "in task-incremental settings the cross-entropy competes within each sample's task (TaskLabels)",
+        "option ema_buffers='copy-working': the EMA models copy the working model's BatchNorm statistics "
+        "at each of their updates",
+    )
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.ONLINE})
     hparams = {**optimizer_space(lr=0.1),
                "reg_weight": clh.Float(0.0, 10.0, default=0.15),                    # lambda
                "stable_update_freq": clh.Float(0.0, 1.0, default=0.1),              # r_S
                "stable_decay": clh.Float(0.0, 1.0, default=0.999),                  # alpha_S
                "plastic_update_freq": clh.Float(0.0, 1.0, default=0.3),             # r_P
-               "plastic_decay": clh.Float(0.0, 1.0, default=0.999)}                 # alpha_P
+               "plastic_decay": clh.Float(0.0, 1.0, default=0.999),                 # alpha_P
+               "ema_buffers": clh.Choice(["own-forwards", "copy-working"])}
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)
@@ -86,8 +101,9 @@ class CLSER(SupervisedMethod):
         a = min(1.0 - 1.0 / (self.global_step + 1), decay)
         for e, w in zip(ema.parameters(), self.model.parameters()):
             e.mul_(a).add_(w.detach(), alpha=1.0 - a)
-        for e, w in zip(ema.buffers(), self.model.buffers()):
-            e.copy_(w)
+        if self.hp["ema_buffers"] == "copy-working":   # else: statistics from the EMA's own forwards
+            for e, w in zip(ema.buffers(), self.model.buffers()):
+                e.copy_(w)
 
     def step(self, x, y, view=None):
         self.model.train()

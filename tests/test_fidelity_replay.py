@@ -165,3 +165,41 @@ def test_cwr_never_resets_or_consolidates_the_bias():
     cwr.learn(experience([2, 3], seed=1))
     assert all(torch.equal(b, bias) for b in at_start)        # not zeroed before a task
     assert torch.equal(cwr.model.head.bias, bias)             # not replaced after it
+
+
+# --- CLS-ER (Arani et al. 2022; NeurAI-Lab/CLS-ER models/clser.py) -----------------------------------------
+
+class NormFlat(nn.Module):
+    """Flatten, then BatchNorm1d: the normalised input is the feature."""
+    out_dim = 4
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.norm(x.flatten(1))
+
+
+@pytest.mark.parametrize("ema_buffers", ["own-forwards", "copy-working"])
+def test_clser_ema_batchnorm_statistics_come_from_their_own_forwards_on_the_memory(ema_buffers):
+    torch.manual_seed(0)
+    option = {} if ema_buffers == "own-forwards" else {"ema_buffers": ema_buffers}   # the default, or the option
+    clser = METHODS["clser"](ctx(memory_size=2, backbone=NormFlat), stable_update_freq=1.0,
+                             plastic_update_freq=1.0, **option)
+    mx = torch.tensor([[1.0, 2.0, 3.0, 4.0], [3.0, 0.0, 1.0, 8.0]]).view(2, 1, 2, 2)
+    clser.buffer.add(mx, torch.tensor([0, 1]))                    # full: the replay draw is these two rows
+    clser.observe(clh.Batch(torch.randn(3, 1, 2, 2), torch.tensor([2, 3, 3])))
+    flat = mx.flatten(1)
+    # one training-mode forward of each EMA model on the memory batch (momentum 0.1, unbiased variance),
+    # from the initial statistics (mean 0, var 1); the EMA update leaves them alone
+    mean = 0.9 * 0.0 + 0.1 * flat.mean(0)
+    var = 0.9 * 1.0 + 0.1 * flat.var(0, unbiased=True)
+    for ema in (clser.stable_model, clser.plastic_model):
+        norm, work = ema.backbone.norm, clser.model.backbone.norm
+        if ema_buffers == "own-forwards":
+            assert torch.allclose(norm.running_mean, mean) and torch.allclose(norm.running_var, var)
+            assert not torch.allclose(norm.running_mean, work.running_mean)
+        else:   # the option: the working model's statistics (its forwards on [x; x_m] and x_m)
+            assert torch.equal(norm.running_mean, work.running_mean)
+            assert torch.equal(norm.running_var, work.running_var)
