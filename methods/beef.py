@@ -71,11 +71,28 @@ class BEEF(SupervisedMethod):
     - memory: herding with ``memory_size // seen`` per class (PyCIL's BEEF config fixes 20 per class);
     - ``fusion_epochs`` 0 (default) scales PyCIL's 60 fusion to 170 expansion epochs to the suite;
     - the head spans all global ids, unseen ones at a large negative logit (PyCIL: seen only);
-    - exemplars are mixed into the task's batches (``rehearsal_batches``), not one union loader;
     - task-incremental runs (not in the paper) mask the fusion loss to each sample's task; the
       expansion phase is the same as in class-incremental runs.
+
+    Each expansion epoch is one shuffled pass over the task's data and the exemplars at the batch
+    size, ceil((N + M) / B) steps (``rehearsal="joint"``, PyCIL's loader over ``appendent``);
+    ``rehearsal="balanced"`` joins each of the task's batches with a share of the exemplars.
     """
     name = "beef"
+    paper = ("Wang, Zhou, Ye, Zhan, BEEF: Bi-Compatible Class-Incremental Learning via Energy-Based Expansion "
+             "and Fusion, ICLR 2023")
+    reference = "G-U-N/PyCIL: models/beef_iso.py (exps/beef.json)"
+    deviations = (
+        "fused bias = old bias + prototype bias in training too (PyCIL's forward drops the old bias)",
+        "frozen backbones stay in eval mode; the new one is in eval mode during fusion",
+        "the balanced fusion set is drawn from the task's data",
+        "memory: one budget over the seen classes (PyCIL's config: 20 per class)",
+        "fusion epochs scaled from PyCIL's 60/170 to the suite's epochs unless set",
+        "head over the global classes from the start, unseen classes masked (PyCIL grows it)",
+        "task-incremental runs mask the fusion loss to each sample's task",
+        "rehearsal='balanced' option: exemplars in a fixed share of the task's batches",
+    )
+    version = "2"      # 2: one shuffled loader over task data + exemplars (PyCIL's optimizer steps)
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL})
     # PyCIL exps/beef.json: SGD momentum 0.9, lr 0.1, weight decay 5e-4, cosine annealing,
     # energy weight 0.01, logits alignment 1.7; fusion lr 0.05 (beef_iso.py).

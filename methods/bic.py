@@ -65,8 +65,21 @@ class BiC(ExemplarLearner):
     covers the global classes from the start (unseen classes' logits are left out of the loss and
     predictions); stage 1's training set is shuffled from tensors (the held-out samples must be
     left out), augmented by ``experience.augment`` where the experience has one; the schedule is
-    the harness's. Stage 2 runs ``context.epochs`` epochs with the method's optimizer, as PyCIL."""
+    the harness's. Stage 2 runs ``context.epochs`` epochs with the method's optimizer, as PyCIL,
+    with the network in train mode (``stage2_mode="train"``, PyCIL ``_run``: BatchNorm normalises
+    with the validation batches' statistics and updates its running ones) or in eval mode
+    (``stage2_mode="eval"``: frozen statistics, the paper's "frozen" network read literally)."""
     name = "bic"
+    paper = "Wu, Chen, Wang, Ye, Liu, Guo, Fu, Large Scale Incremental Learning, CVPR 2019"
+    reference = "G-U-N/PyCIL: models/bic.py"
+    deviations = (
+        "stage 2: cross-entropy of the corrected logits (eq. 6); PyCIL applies it to their softmax",
+        "head over the global classes from the start, unseen classes masked (PyCIL grows it)",
+        "stage 1's training set shuffled from tensors (the held-out samples left out)",
+        "learning-rate schedule: the harness's",
+        "stage2_mode='eval' option: BatchNorm statistics frozen in stage 2",
+    )
+    version = "2"      # 2: stage 2 in train mode (PyCIL)
     hparams = {**{k: v for k, v in incremental_space().items() if k != "rehearsal"},   # its own split
                "temperature": clh.Float(0.5, 10.0, default=2.0),
                "kd_lambda": clh.Float(0.0, 10.0, default=0.0),

@@ -30,11 +30,23 @@ class DER(SupervisedMethod):
       herding on the concatenated features (PyCIL ``fixed_memory: false``; the paper's memory too);
     - the head spans all ``context.num_classes`` global ids, with the unseen ones masked out of the
       loss and to a large negative logit in ``predict`` (PyCIL's head has only the seen classes);
-    - exemplars are mixed into the task's batches (``rehearsal_batches``: each exemplar once per
-      epoch) instead of one shuffled union loader, so an epoch has the task's step count;
     - the learning-rate schedule defaults to constant (see ``hparams``), not PyCIL's MultiStepLR.
+
+    Each epoch is one shuffled pass over the task's data and the exemplars at the batch size,
+    ceil((N + M) / B) steps (``rehearsal="joint"``, PyCIL's loader over ``appendent``);
+    ``rehearsal="balanced"`` joins each of the task's batches with a share of the exemplars.
     """
     name = "der"
+    paper = "Yan, Xie, He, DER: Dynamically Expandable Representation for Class Incremental Learning, CVPR 2021"
+    reference = "G-U-N/PyCIL: models/der.py"
+    deviations = (
+        "no channel masks, pruning or sparsity loss (PyCIL omits them too)",
+        "weight aligning instead of the paper's classifier-learning stage (as PyCIL)",
+        "head over the global classes from the start, unseen classes masked (PyCIL grows it)",
+        "learning-rate schedule constant by default (PyCIL: MultiStepLR)",
+        "rehearsal='balanced' option: exemplars in a fixed share of the task's batches",
+    )
+    version = "2"      # 2: one shuffled loader over task data + exemplars (PyCIL's optimizer steps)
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL})
     # PyCIL der.py: SGD momentum 0.9, lr 0.1, weight decay 2e-4. Its MultiStepLR ([80, 120, 150] of
     # 170 epochs) is a general hyperparameter here (scheduler="steplr", num_milestones=3); the default

@@ -46,9 +46,17 @@ class FOSTER(SupervisedMethod):
     (PyCIL ``BKD``; w_2 from beta_2). The student replaces the teacher, so the model holds one
     backbone (and its head) between tasks.
 
+    Which network predicts after a task (``predictor``): the compressed student (default), the
+    single-backbone model the paper presents and the authors' "darknet eval" log ("use the accuracy
+    in darknet eval as the result of the single-backbone model", G-U-N/ECCV22-FOSTER issue 6), or the
+    two-backbone teacher that PyCIL's ``eval_task`` reports (it swaps in the student only when the
+    next task starts; so does ``predictor="teacher"``, holding both networks in between).
+
+    Each epoch (boosting and compression) is one shuffled pass over the task's data and the exemplars
+    at the batch size, ceil((N + M) / B) steps (``rehearsal="joint"``, PyCIL's loader over
+    ``appendent``); ``rehearsal="balanced"`` joins each of the task's batches with a share of them.
+
     Deliberate differences:
-    - predictions come from the compressed student, the paper's final model; PyCIL evaluates the
-      two-backbone teacher after each task and swaps in the student only when the next task starts;
     - the class counts behind w_1, w_2 are the training set's actual counts (PyCIL: the memory's
       per-class budget for old classes and the dataset's class sizes for new ones);
     - PyCIL's options ``oofc="az"`` and teacher/student weight aligning (``is_teacher_wa``,
@@ -58,10 +66,22 @@ class FOSTER(SupervisedMethod):
     - compression lasts ``compression_epochs`` epochs; 0 (default) scales PyCIL's 130 compression to
       170 boosting epochs to the suite's epochs;
     - the memory (herding, ``memory_size // seen`` per class, ``clharness.toolkit.exemplars``) shares one
-      budget over the seen classes: PyCIL's FOSTER config fixes 20 per class instead;
-    - exemplars are mixed into the task's batches (``rehearsal_batches``), not one union loader.
+      budget over the seen classes: PyCIL's FOSTER config fixes 20 per class instead.
     """
     name = "foster"
+    paper = ("Wang, Zhou, Ye, Zhan, FOSTER: Feature Boosting and Compression for Class-Incremental Learning, "
+             "ECCV 2022")
+    reference = "G-U-N/PyCIL: models/foster.py (exps/foster.json)"
+    deviations = (
+        "class counts behind w_1, w_2: the training set's actual counts",
+        "oofc='az' and teacher/student weight aligning not offered (off in exps/foster.json)",
+        "head over the global classes from the start, unseen classes masked (PyCIL grows it)",
+        "compression epochs scaled from PyCIL's 130/170 to the suite's epochs unless set",
+        "memory: one budget over the seen classes (PyCIL's config: 20 per class)",
+        "predictor='teacher' option: PyCIL eval_task's two-backbone teacher (default: the student)",
+        "rehearsal='balanced' option: exemplars in a fixed share of the task's batches",
+    )
+    version = "2"      # 2: one shuffled loader over task data + exemplars (PyCIL's optimizer steps)
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL})
     # PyCIL exps/foster.json: SGD momentum 0.9, lr 0.1, weight decay 5e-4, cosine annealing,
     # beta1 0.96, beta2 0.97, lambda_okd 1, T 2; the FE loss has weight 1.

@@ -20,12 +20,25 @@ class ICaRL(ExemplarLearner):
       per-class sigmoid binary cross-entropy with sigmoid distillation targets (Algorithm 3);
     - the head covers the global classes from the start; logits of classes not seen yet are left
       out of the loss and get a very low finite value in predictions (PyCIL grows its head);
-    - exemplars join the task's batches in a fixed share per batch, each seen once per epoch
-      (``clharness.toolkit.exemplars.rehearsal_batches``), instead of one shuffled union dataset;
     - the learning-rate schedule is the harness's (``scheduler``; PyCIL: MultiStepLR [80, 120] of
       170 epochs, and its init_* schedule on the first task when the suite gives
-      ``first_task_train``)."""
+      ``first_task_train``).
+
+    Training data per epoch: one shuffled pass over the task's data and the exemplars at the batch
+    size, ceil((N + M) / B) steps (``rehearsal="joint"``, PyCIL's DataLoader over ``appendent``);
+    ``rehearsal="balanced"`` joins each of the task's batches with a share of the exemplars instead
+    (``clharness.toolkit.exemplars.rehearsal_batches``)."""
     name = "icarl"
+    paper = ("Rebuffi, Kolesnikov, Sperl, Lampert, iCaRL: Incremental Classifier and Representation Learning, "
+             "CVPR 2017")
+    reference = "G-U-N/PyCIL: models/icarl.py"
+    deviations = (
+        "softmax cross-entropy + KD at T = 2 (PyCIL), not the paper's sigmoid binary cross-entropy",
+        "head over the global classes from the start, unseen classes masked (PyCIL grows it)",
+        "learning-rate schedule: the harness's (PyCIL: MultiStepLR [80, 120] of 170 epochs)",
+        "rehearsal='balanced' option: exemplars in a fixed share of the task's batches",
+    )
+    version = "2"      # 2: one shuffled loader over task data + exemplars (PyCIL's optimizer steps)
     hparams = {**incremental_space(),
                "temperature": clh.Float(0.5, 10.0, default=2.0),
                "kd_lambda": clh.Float(0.0, 10.0, default=1.0),

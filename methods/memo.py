@@ -37,6 +37,14 @@ class MEMO(DER):
       herding, in eval mode, so it cannot change results and is not a hyperparameter here.
     """
     name = "memo"
+    paper = ("Zhou, Wang, Ye, Zhan, A Model or 603 Exemplars: Towards Memory-Efficient Class-Incremental "
+             "Learning, ICLR 2023")
+    reference = "G-U-N/PyCIL: models/memo.py (exps/memo.json)"
+    deviations = (
+        *DER.deviations,
+        "the generalised/specialised cut derived from any sequential backbone (specialised_share)",
+    )
+    version = "2"      # 2: joint rehearsal (PyCIL's steps); shared blocks trained in every task (train_base)
     hparams = {**DER.hparams,
                "specialised_share": clh.Float(0.05, 1.0, default=0.7),
                "train_shared": clh.Choice([True, False], default=True)}

@@ -38,7 +38,9 @@ class WA(ExemplarLearner):
     kept non-negative after every step (``clip_weights``; its ``--restrict``, the paper's weight
     clipping). PyCIL ``models/wa.py`` (``IncrementalNet.weight_align``) instead uses L2 norms, no
     clamp, a head with bias (left unscaled) and no clipping: ``align_norm=2, clamp_gamma=False,
-    head_bias=True, clip_weights=False``.
+    head_bias=True, clip_weights=False``. Each epoch is one shuffled pass over the task's data and
+    the exemplars at the batch size (``rehearsal="joint"``, both references; ``"balanced"``: the
+    task's batches each joined by a share of the exemplars).
 
     Deliberate differences: the head covers the global classes from the start (logits of unseen
     classes are left out of the loss and predictions; both references grow it); the aligned weights
@@ -51,12 +53,13 @@ class WA(ExemplarLearner):
     name = "wa"
     paper = ("Zhao, Xiao, Gan, Zhang, Xia, Maintaining Discrimination and Fairness in Class Incremental "
              "Learning, CVPR 2020")
-    reference = "bwbwzhao/Weight-Aligning: iLearn.py, main.py (and G-U-N/PyCIL: models/wa.py)"
+    reference = "bwbwzhao/Weight-Aligning: iLearn.py, main.py"
     deviations = (
         "head over the global classes from the start, unseen classes masked (references grow it)",
         "aligned weights written into the head; the authors scale outputs and re-create the head per task",
         "learning-rate schedule: the harness's",
-        "PyCIL's variant (L2 norms, no gamma clamp, FC bias, no clipping) as options",
+        "PyCIL models/wa.py variant (L2 norms, no gamma clamp, FC bias, no clipping) as options",
+        "rehearsal='balanced' option: exemplars in a fixed share of the task's batches",
     )
     # 2: joint rehearsal (one loader over data + exemplars); the authors' L1 norm, gamma <= 1, no FC bias
     version = "2"
