@@ -1,5 +1,6 @@
 """PODNet: pooled outputs distillation for small-tasks incremental learning (Douillard et al. 2020),
-as PyCIL ``models/podnet.py`` trains it.
+as the authors' code trains it (arthurdouillard/incremental_learning.pytorch); where PyCIL's
+``models/podnet.py`` differs, its behaviour is an option (class docstring, ``deviations``).
 
 Intermediate feature maps from any backbone (PODNet distils the outputs of a ResNet's stages):
 ``stage_modules`` runs the backbone once on a dummy input with forward hooks on its *units*, the
@@ -173,46 +174,112 @@ class PODNetModel(nn.Module):
         return [maps[n] for n in names], h, self.head(h)
 
 
-def nca_loss(logits: torch.Tensor, y: torch.Tensor, margin: float) -> torch.Tensor:
-    """NCA loss with a margin (sec. 3.2): [ -log exp(s_y - delta) / sum_{i != y} exp(s_i) ]_+ on the
-    scaled class similarities s = eta * y_c (the margin subtracted after scaling, as the authors'
-    code and PyCIL do); classes masked to a very low logit drop out of the sum."""
-    pos = logits.gather(1, y[:, None]).squeeze(1)
-    others = logits.scatter(1, y[:, None], NEG)
-    return F.relu(-(pos - margin) + torch.logsumexp(others, dim=1)).mean()
+def nca_loss(logits: torch.Tensor, y: torch.Tensor, margin: float, form: str = "code",
+             scale=1.0) -> torch.Tensor:
+    """The LSC's NCA loss on the scaled class similarities z = eta * y_c (``scale`` = eta).
+
+    ``form="code"`` (default): ``nca`` of the authors' ``inclearn/lib/losses/base.py`` as PODNet's
+    config calls it (exclude_pos_denominator true, hinge_proxynca false), copied unchanged in PyCIL:
+    the margin is subtracted from every class, z' = z - eta * delta, M = max_j z'_j, and the true
+    class's slot of the denominator is zeroed *after* the shift by M, so it stays as exp(0):
+        loss = -(z'_y - M) + log( sum_{i != y} exp(z'_i - M) + 1 ),
+    averaged over the batch, no hinge (the margin cancels; the loss is
+    -z_y + log(sum_{i != y} exp z_i + exp max_j z_j) > 0).
+    ``form="paper"``: eq. of sec. 3.2, [ -log exp(eta (y_y - delta)) / sum_{i != y} exp(eta y_i) ]_+ ,
+    the true class out of the denominator, the margin on it only, hinged at 0.
+    Classes masked to a very low logit drop out of the sums."""
+    rows = torch.arange(len(y), device=y.device)
+    if form == "code":
+        z = logits - scale * margin
+        z = z - z.max(1, keepdim=True).values
+        pos = z[rows, y]
+        rest = z.scatter(1, y[:, None], 0.0)        # the true class's slot: exp(0) = 1
+        return (-pos + torch.logsumexp(rest, dim=1)).mean()
+    if form == "paper":
+        pos = logits[rows, y] - scale * margin
+        others = logits.scatter(1, y[:, None], NEG)
+        return F.relu(-pos + torch.logsumexp(others, dim=1)).mean()
+    raise MethodError(f"podnet: unknown nca form {form!r}; choose 'code' or 'paper'")
+
+
+def kmeans_centres(features: torch.Tensor, k: int, seed: int) -> torch.Tensor:
+    """k-means (scikit-learn's KMeans, k-means++ init, 10 restarts, as the authors' code calls it)
+    on ``features``; (k, D) centres. Fewer distinct samples than k: the centres of as many clusters
+    as there are samples, repeated in turn."""
+    from sklearn.cluster import KMeans
+    f = features.detach().double().cpu().numpy()
+    n = min(k, len(torch.unique(features, dim=0)))
+    centres = torch.as_tensor(KMeans(n_clusters=n, n_init=10, random_state=seed).fit(f).cluster_centers_)
+    return centres[torch.arange(k) % n].to(features)
 
 
 class PODNet(ExemplarLearner):
     """Trains on the new data plus a herded exemplar memory with the LSC classifier's NCA loss,
     plus, from the second task on, lambda_c * POD-spatial over the backbone's stage outputs and
     lambda_f * POD-flat on the embedding against the previous model, both times the adaptive
-    factor sqrt(classes seen / new classes) (PyCIL; ``adaptive_factor=False``: 1). Old classes'
-    proxies are frozen while a new task trains (PyCIL). After every task but the first, the memory
-    is rebuilt by herding and the network (old proxies still frozen) is fine-tuned on it for
-    ``finetune_epochs`` at ``finetune_lr`` with a cosine schedule (class-balanced fine-tuning).
-    Predictions: the nearest mean of exemplars (``classifier="nme"``, default: the results PyCIL
-    reports for PODNet) or the LSC outputs (``"cnn"``, the paper's CIFAR protocol; on the digits
-    MLP with PyCIL's lambda_c = 5 they favour the newest classes, see tests).
+    factor sqrt(classes seen / new classes) (``adaptive_factor=False``: 1). Old classes' proxies
+    are frozen while a new task trains (the authors' ``groupwise_factors: old_weights: 0``, PyCIL's
+    fc1 at lr 0).
 
-    Deliberate differences from PyCIL: the NCA loss excludes the true class from its denominator
-    and is hinged at 0 as the paper writes it (PyCIL keeps exp(0) of the masked true class and no
-    hinge) and subtracts the margin from the true class only (PyCIL subtracts it from every
-    class, which cancels); the balanced fine-tuning set is the memory already reduced to the
-    budget (PyCIL fine-tunes on memory_size / old-classes exemplars per class, briefly exceeding
-    the budget); intermediate maps come from any backbone by the rule in the module docstring;
-    the global head exists from the start (unseen classes masked); exemplars join every batch in a
-    fixed share (``rehearsal_batches``); proxies are frozen by a detached copy in the forward
-    pass, so SGD's weight decay still shrinks them (their directions, all a cosine classifier
-    uses, do not change)."""
+    As the authors' code (arthurdouillard/incremental_learning.pytorch, ``inclearn/models/podnet.py``
+    with ``options/podnet/podnet_cnn_cifar100.yaml``):
+    - the NCA loss is their ``nca`` (``nca="code"``; see ``nca_loss``; ``nca="paper"``: sec. 3.2's
+      hinged form with the true class out of the denominator);
+    - from the second task on, the new classes' proxies are *imprinted* before training
+      (``weight_init="imprinted"``; their ``weight_generation: imprinted, multi_class_diff: kmeans``):
+      the class's training samples are embedded (eval mode), L2-normalised, clustered by k-means
+      into K = ``proxies`` clusters, and the K centres times the mean norm of the existing (old)
+      proxies become its K proxies (K = 1: the normalised mean of the normalised features);
+      ``weight_init="random"`` keeps the initial random proxies (PyCIL);
+    - after every task but the first the memory is rebuilt by herding and the LSC is fine-tuned
+      on it (class-balanced fine-tuning, their ``finetuning_config``: undersampling, tuning
+      classifier, lr 0.05, 20 epochs, no scheduler): ``finetune_params="classifier"`` trains the
+      proxies of every seen class (old ones too; not eta, their post-processor is outside the
+      classifier) at ``finetune_lr`` with ``finetune_scheduler``, SGD with the method's momentum
+      and weight decay, on the same loss (the POD terms do not reach the classifier), memory samples
+      through the suite's augmentation.
+    Predictions: the nearest mean of exemplars (``classifier="nme"``, default: the results PyCIL
+    reports for PODNet; the authors' ``podnet_nme_cifar100.yaml``) or the LSC outputs (``"cnn"``, the
+    authors' ``podnet_cnn`` configs)."""
     name = "podnet"
+    version = "2"   # 2: the authors' NCA, imprinted proxies, classifier-only fine-tuning (issue 28)
+    paper = ("Douillard, Cord, Ollion, Robert & Valle, PODNet: Pooled Outputs Distillation for "
+             "Small-Tasks Incremental Learning, ECCV 2020")
+    reference = "arthurdouillard/incremental_learning.pytorch: inclearn/models/podnet.py"
+    deviations = (
+        "nca='code' (default) is the authors' loss, identical in PyCIL: the margin is subtracted from "
+        "every class and cancels, the true class keeps exp(0) after the max-shift in the denominator, no "
+        "hinge; nca='paper' is sec. 3.2's hinged loss with the margin on the true class only",
+        "class-balanced fine-tuning as the authors' config (LSC proxies of all classes, lr 0.05, constant); "
+        "PyCIL fine-tunes everything but the old proxies (eta included) at lr 0.005 with a cosine schedule: "
+        "finetune_params='all_but_old', finetune_lr=0.005, finetune_scheduler='cosine'",
+        "new proxies imprinted from k-means centres of normalised features as the authors' code "
+        "(weight_init='imprinted'); PyCIL initialises them at random (weight_init='random')",
+        "lambda_c defaults to PyCIL's 5 (the authors' CIFAR-100 config: 3); the LSC similarity is the "
+        "paper's and PyCIL's cosine: the authors' config uses -||h/|h| - theta/|theta|||^2 = 2 cos - 2, "
+        "i.e. twice the cosine inside the proxy softmax and before eta",
+        "no element-wise gradient clamp to [-5, 5] (the authors' code registers one on every parameter; "
+        "PyCIL does not)",
+        "the balanced fine-tuning set is the memory already reduced to the budget (the authors' fixed "
+        "memory per class; PyCIL fine-tunes on memory_size / old-classes exemplars per class)",
+        "intermediate maps come from any backbone by the rule in the module docstring",
+        "the global head exists from the start (unseen classes masked); exemplars join every batch in a "
+        "fixed share (rehearsal_batches)",
+        "old proxies are frozen by a detached copy in the forward pass, so SGD's weight decay still "
+        "shrinks them (their directions, all a cosine classifier uses, do not change)",
+    )
     hparams = {**incremental_space(weight_decay=5e-4),
                "scheduler": Choice(["constant", "steplr", "cosine"], default="cosine"),
                "lambda_c": clh.Float(0.0, 20.0, default=5.0),
                "lambda_f": clh.Float(0.0, 20.0, default=1.0),
                "proxies": clh.Int(1, 100, default=10),
                "margin": clh.Float(0.0, 2.0, default=0.6),
+               "nca": Choice(["code", "paper"], default="code"),
+               "weight_init": Choice(["imprinted", "random"], default="imprinted"),
                "finetune_epochs": clh.Int(0, 200, default=20),
-               "finetune_lr": clh.Float(1e-5, 1.0, default=0.005, log=True),
+               "finetune_lr": clh.Float(1e-5, 1.0, default=0.05, log=True),
+               "finetune_params": Choice(["classifier", "all_but_old"], default="classifier"),
+               "finetune_scheduler": Choice(["constant", "cosine"], default="constant"),
                "adaptive_factor": clh.Choice([True, False], default=True),
                "classifier": clh.Choice(["nme", "cnn"], default="nme")}
     # GTEP Table 4's PODNet sets (num proxy, post-FT epochs and LR, adaptive factor); the table
@@ -231,7 +298,7 @@ class PODNet(ExemplarLearner):
 
     def loss(self, x, y):
         maps, h, logits = self.model.forward_with_maps(x, self.map_names)
-        loss = nca_loss(self.restrict(logits, y), y, self.hp["margin"])
+        loss = nca_loss(self.restrict(logits, y), y, self.hp["margin"], self.hp["nca"], self.model.head.eta)
         if self.old_model is not None and self.known:
             with torch.no_grad():
                 old_maps, old_h, _ = self.old_model.forward_with_maps(x, self.map_names)
@@ -246,6 +313,8 @@ class PODNet(ExemplarLearner):
         new = len(self.labels.seen) - len(self.known)
         adaptive = self.known and new and self.hp["adaptive_factor"]
         self.factor = math.sqrt(len(self.labels.seen) / new) if adaptive else 1.0
+        if self.known and self.hp["weight_init"] == "imprinted":
+            self.imprint(*experience.tensors(), [c for c in experience.classes if c not in self.known])
         frozen = torch.zeros_like(self.seen_mask)
         frozen[self.known] = True
         self.model.head.frozen = frozen
@@ -253,14 +322,38 @@ class PODNet(ExemplarLearner):
         self.fit(self.train_batches(experience, epochs), self.loss, trainer=trainer)
         self.update_memory(experience)
         if self.known and self.hp["finetune_epochs"] and len(self.memory):
-            self.balanced_finetune()
+            self.balanced_finetune(getattr(experience, "augment", None))
             self.update_class_means()
         self.model.head.frozen = None
         self.old_model = copy.deepcopy(self.model).eval().requires_grad_(False)
 
-    def balanced_finetune(self):
+    @torch.no_grad()
+    def imprint(self, x, y, classes):
+        """Imprinted proxies for ``classes`` (class docstring), from their samples ``x``/``y``, scaled
+        by the mean norm of the proxies of the classes seen before (``self.known``)."""
+        head, k = self.model.head, self.hp["proxies"]
+        rows = lambda c: slice(c * k, (c + 1) * k)   # noqa: E731
+        norm = torch.cat([head.weight[rows(c)] for c in self.known]).norm(dim=1).mean()
+        for c in classes:
+            xc = x[y == c]
+            if not len(xc):
+                continue
+            f = F.normalize(self.embed(xc), dim=1)
+            if k == 1:
+                centres = F.normalize(f.mean(0, keepdim=True), dim=1)
+            else:
+                centres = kmeans_centres(f, k, self.context.seed)
+            head.weight[rows(c)] = centres.to(head.weight) * norm
+
+    def balanced_finetune(self, augment=None):
         mx, my = self.memory.tensors()
         bs, epochs = self.context.batch_size, self.hp["finetune_epochs"]
-        trainer = Trainer.for_method(self, lr=self.hp["finetune_lr"], scheduler="constant")
-        trainer.schedule("cosine", epochs, math.ceil(len(my) / bs))
-        self.fit(tensor_batches(mx, my, bs, epochs, self.gen), self.loss, trainer=trainer)
+        if self.hp["finetune_params"] == "classifier":
+            self.model.head.frozen = None               # every class's proxies, not eta
+            params = [self.model.head.weight]
+        else:                                           # PyCIL: all but the old proxies (still frozen)
+            params = None
+        trainer = Trainer.for_method(self, params, lr=self.hp["finetune_lr"], scheduler="constant")
+        if self.hp["finetune_scheduler"] == "cosine":
+            trainer.schedule("cosine", epochs, math.ceil(len(my) / bs))
+        self.fit(tensor_batches(mx, my, bs, epochs, self.gen, augment), self.loss, trainer=trainer)
