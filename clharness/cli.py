@@ -161,11 +161,25 @@ def run_suites(args: argparse.Namespace) -> int:
 
 
 def list_registered(args: argparse.Namespace) -> int:
-    from .plugins import Harness
+    import warnings
+
+    from .plugins import Harness, PluginWarning
     from .registry import RegistryError
 
+    with warnings.catch_warnings(record=True) as caught:   # a broken entry point: one line, listed without it
+        warnings.simplefilter("always", PluginWarning)
+        try:
+            harness = Harness(plugins=tuple(args.plugin))
+        except RegistryError as exc:
+            print(f"clharness list: {exc}", file=sys.stderr)
+            return 2
+    for w in caught:
+        if issubclass(w.category, PluginWarning):
+            print(f"clharness list: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     try:
-        return _print_registered(Harness(plugins=tuple(args.plugin)))
+        return _print_registered(harness)
     except RegistryError as exc:   # e.g. two plugins registering one name: one line, no traceback
         print(f"clharness list: {exc}", file=sys.stderr)
         return 2

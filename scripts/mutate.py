@@ -184,6 +184,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("clser-ema-copies-working-statistics", "methods/clser.py",
              'if self.hp["ema_buffers"] == "copy-working":', "if True:",
              ("tests/test_fidelity_replay.py::test_clser_ema_batchnorm_statistics_come_from_their_own_forwards_on_the_memory",)),
+    # A-GEM (issue 28): the reference batch is the authors' 256 by default
+    Mutation("agem-sample-size-m2i-default", "methods/agem.py",
+             '"sample_size": clh.Int(1, 100000, default=256)', '"sample_size": clh.Int(1, 100000, default=1300)',
+             ("tests/test_fidelity_replay.py::test_agem_reference_gradient_batch_is_sample_size_rows_of_the_memory",)),
     # issue 29 items 3-6: LAE, HiDe-Prompt, L2P, DualPrompt as their reference code runs them
     Mutation("lae-offline-from-untrained", "methods/lae.py",
              "if self.offline is None and not first:", "if False:",
@@ -242,6 +246,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("gr-gaussian-sigma", "methods/generative_replay.py",
              "z = mean + eps * (0.5 * torch.exp(logvar))", "z = mean + eps * torch.exp(0.5 * logvar)",
              ("tests/test_fidelity_regularizers.py::test_generative_replay_vae_is_avalanche_mlpvae_and_vae_loss",)),
+    # plugins (issue 27 item 4): a broken entry point is skipped with a warning; a -p name found twice is named
+    Mutation("plugin-entry-point-only-import-errors", "clharness/plugins.py",
+             "except Exception as exc:   # noqa: BLE001 - any failure of a third-party import",
+             "except ImportError as exc:",
+             ("tests/test_trust_plugins.py::test_broken_entry_points_are_skipped_with_one_warning_each",)),
+    Mutation("plugin-second-copy-not-said", "clharness/plugins.py",
+             "others = [w for w in found if w != loaded]", "others = []",
+             ("tests/test_trust_plugins.py::test_a_plugin_name_found_installed_and_here_says_which_it_loaded",)),
 )
 
 

@@ -203,3 +203,17 @@ def test_clser_ema_batchnorm_statistics_come_from_their_own_forwards_on_the_memo
         else:   # the option: the working model's statistics (its forwards on [x; x_m] and x_m)
             assert torch.equal(norm.running_mean, work.running_mean)
             assert torch.equal(norm.running_var, work.running_var)
+
+
+# --- A-GEM (Chaudhry et al. 2019; facebookresearch/agem EPS_MEM_BATCH_SIZE) --------------------------------
+
+@pytest.mark.parametrize("sample_size, rows", [(None, 256), (10, 10), (1000, 600)])
+def test_agem_reference_gradient_batch_is_sample_size_rows_of_the_memory(sample_size, rows):
+    agem = METHODS["agem"](ctx(num_classes=4), **({} if sample_size is None else {"sample_size": sample_size}))
+    for t in range(2):                                  # two finished tasks of 300 stored samples each
+        agem.memory.tasks.append((torch.randn(300, 1, 2, 2), torch.full((300,), t)))
+    (mx, my), = agem.memory_batches()
+    assert len(mx) == len(my) == rows                   # 256 by default (the authors' EPS_MEM_BATCH_SIZE)
+    stored = torch.cat([x for x, _ in agem.memory.tasks]).flatten(1)
+    assert len({tuple(r.tolist()) for r in mx.flatten(1)}) == rows           # without replacement
+    assert all((stored == r).all(1).any() for r in mx.flatten(1))            # drawn from the memory
