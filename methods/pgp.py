@@ -7,17 +7,30 @@ of that task is added to a Gradient Projection Memory (Saha et al. 2021; ``Featu
 - for the prompts, the span of the task's patch embeddings (the tokens the prompts are prepended
   to; the code's ``act['rep']``), kept up to the energy threshold ε = 0.50;
 - for the keys, the span of the task's queries (frozen [CLS] features), ε = 0.97.
-From the second task on, every gradient step replaces the prompt gradient g (rows in R^D) by
-g − g U Uᵀ and the key gradient likewise with the key basis, so the update is orthogonal to the
-stored subspaces; gradients are clipped to norm 1.0 first, as the code does. Everything else is
-L2P (Adam, constant lr 0.03 per 256 images, M = 10, Lp = 5, N = 5, λ = 0.1, ``clip_grad`` 1.0),
-in fp32 (the projection reads unscaled gradients).
+From the second task on, the prompt memory also holds the prompt space: the rows of the prompt
+pool as the task starts (the paper's SVD "on an element-wise sum space between input space and
+prompt space", sec. 4; the code adds the PCA of the prompt parameters from the second task on), so
+the task's updates also leave the old prompts' own directions alone.
+Every gradient step of a later task replaces the prompt gradient g (rows in R^D) by g − g U Uᵀ and
+the key gradient likewise with the key basis, so the update is orthogonal to the stored subspaces;
+gradients are clipped to norm 1.0 first, as the code does. Everything else is L2P (Adam, constant
+lr 0.03 per 256 images, M = 10, Lp = 5, N = 5, λ = 0.1, ``clip_grad`` 1.0), in fp32 (the
+projection reads unscaled gradients).
 
-Deliberate differences: the subspaces are computed exactly (SVD energy of the full representation
-matrix of up to ``memory_images`` images) rather than after the code's PCA to 9 (prompts) and 5
-(keys) components, whose "768 samples = 768 dimensions" reshaping is not transferable to other
-widths; the representation is taken after each task rather than before it (the frozen patch
-embeddings and queries do not change)."""
+``subspace``: "exact" (default, the paper's SVD): each representation matrix enters the memory
+whole; "pca" (the code's): each is first reduced to its top principal components (centred, as
+sklearn's PCA), 9 for the prompt memory's input and prompt parts and 5 for the keys
+(``prompt_components``, ``key_components``), so a task adds at most that many directions and the
+keys freeze much less than under the exact subspace.
+
+Deliberate differences: the code applies its PCA with images as rows and then reads the 768 rows
+as the 768 embedding dimensions (it only works because it keeps 768 images of a ViT-B); here the
+principal components are taken in the embedding space (rank-k approximation of the centred
+representation), which any width allows; the input and prompt parts are stacked (the sum space of
+their spans) rather than added as two PCA score matrices; the energy criterion is on squared
+singular values (GPM's; the code's update_memory squares twice); the task's representation is
+added after the task (the frozen patch embeddings and queries do not change; the prompt rows are
+those of the task's start, as in the code)."""
 import torch
 
 import clharness as clh
@@ -27,18 +40,36 @@ from clharness.toolkit.vit_prompts import vit_of
 from clharness_methods.l2p import L2P
 
 
+def principal_part(R: torch.Tensor, k: int) -> torch.Tensor:
+    """The rank-k approximation of the centred rows of R (n, D): their projection on the top k
+    principal axes, U_k S_k V_kᵀ, whose row space is the span of the k components sklearn's PCA keeps."""
+    R = R.double()
+    U, S, Vh = torch.linalg.svd(R - R.mean(0), full_matrices=False)
+    return (U[:, :k] * S[:k]) @ Vh[:k]
+
+
 class PGP(L2P):
     name = "pgp"
-    version = "1"
+    version = "2"   # the prompt space joins the prompt memory; the code's PCA subspaces offered; L2P's pos. embedding
+    paper = ("Jingyang Qiao, Zhizhong Zhang, Xin Tan, Chengwei Chen, Yanyun Qu, Yong Peng, Yuan Xie, Prompt "
+             "Gradient Projection for Continual Learning, ICLR 2024")
+    reference = "JingyangQiao/prompt-gradient-projection: l2p-pgp/engine.py, memory.py"
+    deviations = ("subspace='pca': the code's PCA (9 prompt / 5 key components) taken in the embedding space",
+                  "input and prompt parts stacked (their sum space), not added as PCA score matrices",
+                  "energy on squared singular values (the code's update_memory squares twice)")
     hparams = {**L2P.hparams,
                "prompt_threshold": clh.Float(0.01, 1.0, default=0.50),
                "key_threshold": clh.Float(0.01, 1.0, default=0.97),
-               "memory_images": clh.Int(1, 100000, default=768)}
+               "memory_images": clh.Int(1, 100000, default=768),
+               "subspace": clh.Choice(["exact", "pca"], default="exact"),
+               "prompt_components": clh.Int(1, 1000, default=9, when={"subspace": ["pca"]}),
+               "key_components": clh.Int(1, 1000, default=5, when={"subspace": ["pca"]})}
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)
         self.prompt_space = FeatureSubspace(self.hp["prompt_threshold"])
         self.key_space = FeatureSubspace(self.hp["key_threshold"])
+        self.tasks_learned = 0
 
     def project_gradients(self) -> None:
         """Prompt and key gradients with their components in the stored subspaces removed."""
@@ -52,6 +83,7 @@ class PGP(L2P):
         self.labels.add(experience)
         self.seen[list(experience.classes)] = True
         params = list(self.pool.parameters()) + list(self.head.parameters())
+        start = self.pool.prompts.detach().clone() if self.tasks_learned else None   # the prompt space (task 2 on)
         trainer = Trainer.for_method(self, params)      # L2P's optimizer and schedule
         opt = trainer.optimizer
         for x, y in experience.batches(epochs=self.context.epochs):
@@ -67,11 +99,13 @@ class PGP(L2P):
             trainer.steps += 1
             if trainer.scheduler is not None and trainer.steps % trainer.epoch_steps == 0:
                 trainer.scheduler.step()
-        self.remember(experience)
+        self.remember(experience, start)
+        self.tasks_learned += 1
 
     @torch.no_grad()
-    def remember(self, experience) -> None:
-        """Add this task's patch-embedding and query subspaces to the memories."""
+    def remember(self, experience, prompts: torch.Tensor | None = None) -> None:
+        """Add this task's subspaces to the memories: patch embeddings and (from the second task
+        on) the prompt rows ``prompts`` of the task's start for the prompts, queries for the keys."""
         vit = vit_of(self.frozen, self.name)
         tokens, queries, n = [], [], 0
         for x, _ in experience.batches(shuffle=False, augment=False):
@@ -81,8 +115,15 @@ class PGP(L2P):
             n += len(x)
             if n >= self.hp["memory_images"]:
                 break
-        self.prompt_space.add(torch.cat(tokens))
-        self.key_space.add(torch.cat(queries))
+        tokens, queries = torch.cat(tokens), torch.cat(queries)
+        dtype = tokens.dtype
+        rows = [] if prompts is None else [prompts.reshape(-1, prompts.shape[-1])]
+        if self.hp["subspace"] == "pca":
+            k = self.hp["prompt_components"]
+            tokens, rows = principal_part(tokens, k), [principal_part(r, k) for r in rows]
+            queries = principal_part(queries, self.hp["key_components"])
+        self.prompt_space.add(torch.cat([tokens.to(dtype), *(r.to(dtype) for r in rows)]))
+        self.key_space.add(queries.to(dtype))
 
     def memory_report(self):
         """The stored subspace bases count as kept tensors (CLDyB B.4)."""

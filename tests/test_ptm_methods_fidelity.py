@@ -222,3 +222,50 @@ def test_dualprompt_ships_each_datasets_reference_config(config, lr, length):
     assert method.e_prompts.shape[3] == length
     trainer = Trainer.for_method(method, list(method.head.parameters()))
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(lr * 16 / 256)
+
+
+# ------------------------------------------------------------------------------------------------ PGP
+PGP = dict(lr=0.01, pool_size=6, top_n=2, prompt_length=3, memory_images=1)
+
+
+def outside(rows, basis):
+    """Norm of the part of ``rows`` outside span(basis) (0 when the rows lie in the subspace)."""
+    return (rows - rows @ basis @ basis.T).norm().item()
+
+
+def test_pgp_prompt_memory_holds_the_prompt_space_from_the_second_task_on(data):
+    """PGP sec. 4 / l2p-pgp engine.py: from task 2 on the prompt representation adds the prompt
+    space (the pool's rows at the task's start) to the input space (the task's patch embeddings)."""
+    exps = experiences(data)
+    method = METHODS["pgp"](context(epochs=1), prompt_threshold=0.999999, **PGP)   # ~the whole span is kept
+    init = method.pool.prompts.detach().reshape(-1, 192).clone()
+    method.learn(exps[0])
+    U0 = method.prompt_space.basis
+    assert U0.shape[1] <= 16                        # one image: its 16 patch embeddings, no prompt rows
+    assert outside(init, U0) > 0.5 * init.norm().item()
+    start = method.pool.prompts.detach().reshape(-1, 192).clone()            # task 2's start
+    method.learn(exps[1])
+    U1 = method.prompt_space.basis
+    assert outside(start, U1) < 1e-2 * start.norm().item()                   # the prompt space is held
+    x, _ = next(exps[1].batches(1, shuffle=False, augment=False))
+    patches = vit_of(method.frozen, "pgp").patch_embed(x).flatten(0, 1)
+    assert outside(patches, U1) < 1e-2 * patches.norm().item()               # and the input space
+
+
+def test_pgp_pca_subspace_keeps_the_top_principal_directions_of_the_centred_queries(data):
+    """The code reduces the queries with PCA(n_components=5) before its threshold: the key memory
+    is spanned by the leading principal axes of the centred queries, at most 5 per task."""
+    exps = experiences(data)
+    x, _ = exps[0].tensors()
+    exact = METHODS["pgp"](context(epochs=1), **{**PGP, "memory_images": 48})
+    exact.remember(exps[0])
+    pca = METHODS["pgp"](context(epochs=1), **{**PGP, "memory_images": 48}, subspace="pca")
+    pca.remember(exps[0])
+    Q = pca.frozen(x).double()
+    _, S, Vh = torch.linalg.svd(Q - Q.mean(0), full_matrices=False)
+    share = (S[:5] ** 2).cumsum(0) / (S[:5] ** 2).sum()
+    r = int((share < 0.97).sum()) + 1                        # GPM: the fewest leading axes reaching 0.97
+    V = pca.key_space.basis.double()
+    assert V.shape[1] == r <= 5 < exact.key_space.basis.shape[1]
+    torch.testing.assert_close(V @ V.T, Vh[:r].T @ Vh[:r], rtol=0, atol=1e-4)
+    assert pca.key_space.basis.dtype == torch.float32
