@@ -254,6 +254,20 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("plugin-second-copy-not-said", "clharness/plugins.py",
              "others = [w for w in found if w != loaded]", "others = []",
              ("tests/test_trust_plugins.py::test_a_plugin_name_found_installed_and_here_says_which_it_loaded",)),
+    # MIR's replay_loss (issue 28): the paper's one mean over B_n u B_C, or the authors' code's two means
+    Mutation("mir-sum-is-union", "methods/mir.py",
+             "return self.cross_entropy(self.model(x), y) + self.cross_entropy(self.model(mx), my)",
+             "return self.cross_entropy(self.model(torch.cat([x, mx])), torch.cat([y, my]))",
+             ("tests/test_mir_replay_loss.py",)),
+    Mutation("mir-union-drops-replay", "methods/mir.py",
+             "return self.cross_entropy(self.model(torch.cat([x, mx])), torch.cat([y, my]))",
+             "return self.cross_entropy(self.model(x), y)",
+             ("tests/test_mir_replay_loss.py",)),
+    # docs/methods.md (issue 28): a subclass does not inherit its parent's paper and reference
+    Mutation("methods-doc-inherited-paper", "scripts/gen_methods_doc.py",
+             'if not (isinstance(own.get(a), str) and own[a].strip())]',
+             'if not getattr(cls, a, "")]',
+             ("tests/test_methods_doc.py::test_missing_attributes_names_each_method_and_what_it_lacks",)),
 )
 
 
