@@ -1,5 +1,8 @@
 """clharness: a pytest-style benchmark harness for continual-learning methods.
 
+Python API: ``clharness.run(suite, ...)``, ``clharness.load_case(suite, scenario, method, seed)``,
+``clharness.results.open(path)`` (docs/api.md).
+
 ``import clharness as clh``; register methods with ``@clh.hookimpl def clharness_add_methods(registry)``.
 Heavy names (torch-backed) load on first use, so the always-on pytest plugin stays light.
 """
@@ -14,10 +17,13 @@ _LAZY = {
     "Batch": "method", "Classifier": "method", "Context": "method", "Diverged": "method",
     "Experience": "method", "MemoryReport": "method", "Method": "method", "MethodError": "method",
     "Setting": "method", "Harness": "plugins", "Kind": "kinds", "Registry": "registry", "RegistryError": "registry",
+    "run": "engine.api", "load_case": "engine.api", "Records": "engine.api", "LoadedCase": "engine.api",
 }
 
 
 def __getattr__(name):
+    if name == "results":   # clharness.results.open(path)
+        return import_module(".results", __name__)
     if name in _LAZY:
         value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
         globals()[name] = value

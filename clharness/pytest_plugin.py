@@ -1,4 +1,5 @@
-"""The pytest plugin: suite files become parametrised test cases, the session ends in a scorecard.
+"""The pytest plugin: a thin front end over the engine. Suite files become parametrised test cases
+(one item per ``engine.units.Unit``), the session ends in a scorecard.
 
 Active in every pytest run once clharness is installed (entry point ``pytest11``), and inert
 until a suite is asked for: ``--clh-suite NAME|PATH`` or a suite file given on the command
@@ -15,16 +16,18 @@ from pathlib import Path
 
 import pytest
 
+from .engine import outcomes
+from .engine.session import Options, Session
+from .engine.suites import SuiteError, is_suite_file
 from .plugins import has_hookimpls
 from .results import RunRecord
-from .engine.suites import Suite, SuiteError, is_suite_file, kind_module, load_suite
 
 # torch-backed modules (plugins.Harness, runner) load only once a suite is collected.
 
-RECORD_PROPERTY = "clharness_record"
-GATE_PROPERTY = "clharness_gate"
-REUSED_PROPERTY = "clharness_reused"
-NOT_REGISTERED_PROPERTY = "clharness_not_registered"
+RECORD_PROPERTY = outcomes.RECORD
+GATE_PROPERTY = outcomes.GATE
+REUSED_PROPERTY = outcomes.REUSED
+NOT_REGISTERED_PROPERTY = outcomes.NOT_REGISTERED
 session_key = pytest.StashKey["ClhSession"]()
 
 
@@ -76,16 +79,18 @@ def pytest_configure(config: pytest.Config) -> None:
     clh = ClhSession(config)
     config.stash[session_key] = clh
     config.pluginmanager.register(clh, "clharness-session")
-    if config.getoption("clh_suite") or any(str(a).split("::")[0].endswith(".toml") for a in config.args):
+    active = config.getoption("clh_suite") or any(str(a).split("::")[0].endswith(".toml") for a in config.args)
+    if active:
         # task i/T and ETA inside long cases, runs done under xdist/Ray; inert (unregistered) in a
         # pytest run that asks for no suite, so other projects' sessions print nothing of ours
-        from .progress import ProgressPlugin
-        config.pluginmanager.register(ProgressPlugin(config), "clharness-progress")
+        from .pytest_progress import ProgressPlugin
+        config.pluginmanager.register(ProgressPlugin(config, remote=lambda: clh.remote is not None),
+                                      "clharness-progress")
     if config.getoption("clh_ray"):
-        _start_ray_plugin(config, clh)
+        _start_ray(config, clh)
     if config.getoption("clh_suite") and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args[:] = []   # no explicit test paths: run only the suites, not the project's tests
-    if config.getoption("clh_suite") or any(str(a).split("::")[0].endswith(".toml") for a in config.args):
+    if active:
         from .results import StoreError
         try:   # a store that cannot take writes fails the session before any training
             clh.store.check_writable()
@@ -101,17 +106,17 @@ def pytest_configure(config: pytest.Config) -> None:
                 raise pytest.UsageError(str(exc)) from None
 
 
-def _start_ray_plugin(config: pytest.Config, clh: "ClhSession") -> None:
+def _start_ray(config: pytest.Config, clh: "ClhSession") -> None:
     """--clh-ray: cases become Ray tasks (clharness.engine.ray_backend, the only module that imports Ray)."""
     if hasattr(config, "workerinput") or config.getoption("numprocesses", None):
         raise pytest.UsageError("--clh-ray and pytest-xdist (-n) do not combine: Ray spreads the cases over "
                                 "its workers; drop -n")
     try:
-        from .engine.ray_backend import RayPlugin
+        from .engine.ray_backend import RayExecutor
     except ImportError as exc:
         raise pytest.UsageError(f"--clh-ray needs Ray ({exc}); install it with: pip install 'clharness[ray]'") from None
-    clh.remote = RayPlugin(clh)
-    config.pluginmanager.register(clh.remote, "clharness-ray")
+    clh.engine.remote = RayExecutor(clh.engine, config.getoption("clh_ray"), [],
+                                    config.getoption("clh_cpus_per_run"), config.getoption("clh_gpus_per_run"))
 
 
 def _pin_xdist_worker(config: pytest.Config) -> None:
@@ -134,8 +139,25 @@ def _pin_xdist_worker(config: pytest.Config) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpus[int(worker.lstrip("gw")) % len(gpus)]
 
 
+def session_options(config: pytest.Config) -> Options:
+    """The engine's options from the ``--clh-*`` command line."""
+    from .reporting.compare import parse_drops
+    try:
+        drops = parse_drops(config.getoption("clh_max_drop")) if config.getoption("clh_compare") else {}
+    except ValueError as exc:
+        raise pytest.UsageError(f"--clh-max-drop: {exc}") from None
+    return Options(results=config.getoption("clh_results"), fresh=config.getoption("clh_fresh"),
+                   quick=config.getoption("clh_quick"), seeds=config.getoption("clh_seeds"),
+                   methods=tuple(config.getoption("clh_method")), device=config.getoption("clh_device"),
+                   data_root=config.getoption("clh_data_root"), download=config.getoption("clh_download"),
+                   presets=tuple(config.getoption("clh_preset")), plugins=tuple(config.getoption("clh_plugin")),
+                   gate_timeout=config.getoption("clh_gate_timeout"), compare=config.getoption("clh_compare"),
+                   max_drops=drops)
+
+
 class ClhSession:
-    """Per-session state and hooks: the harness, the device, the finished records."""
+    """The pytest side of a session: the engine's ``Session``, the plugins pytest found, and the
+    finished records in collection order (under xdist, as the workers report them)."""
 
     def __init__(self, config: pytest.Config):
         self.config = config
@@ -143,15 +165,21 @@ class ClhSession:
         self._position: dict[str, int] = {}                # node id -> position in collection order
         self._plugins: list[tuple[object, str]] = []
         self._harness = None
-        self._device = None
-        self._store = None
-        self._baseline = None
+        self._engine: Session | None = None
         self.reused = 0
-        self.remote = None                # clharness.engine.ray_backend.RayPlugin under --clh-ray
-        self.resources: dict[tuple[str, str], dict] = {}   # (suite, scenario) -> cpus/gpus_per_run
-        self.selected: set[str] = set()   # keys of the cases this session runs (after -k, --lf)
         self.not_registered: dict[str, None] = {}   # one line per planned method skipped as not registered
         self.session_id = getattr(config, "workerinput", {}).get("clh_session") or uuid.uuid4().hex
+
+    @property
+    def engine(self) -> Session:
+        if self._engine is None:
+            self._engine = Session(session_options(self.config), harness=_LazyHarness(self),
+                                   session_id=self.session_id, warn=_note)
+        return self._engine
+
+    @property
+    def remote(self):
+        return self._engine.remote if self._engine is not None else None
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
@@ -159,8 +187,22 @@ class ClhSession:
         node.workerinput["clh_session"] = self.session_id
 
     def pytest_collection_finish(self, session) -> None:
-        self.selected = {item.case_key for item in session.items if isinstance(item, CaseItem)}
         self._position = {item.nodeid: i for i, item in enumerate(session.items)}
+        units = [item.unit for item in session.items if isinstance(item, UnitItem)]
+        if not units and self._engine is None:
+            return
+        self.engine.schedule(units)
+        labels = {id(item.unit): item.nodeid for item in session.items if isinstance(item, UnitItem)}
+        progress = self.config.pluginmanager.get_plugin("clharness-progress")
+        if progress is not None:
+            self.engine.progress = lambda unit: progress.case_callback(labels.get(id(unit), unit.title))
+        if self.remote is not None:
+            from .engine.ray_backend import RayBackendError
+            self.remote.plugin_modules = [p for p, _ in self._plugins]
+            try:
+                self.remote.prepare(units)
+            except (ValueError, RayBackendError) as exc:
+                raise pytest.UsageError(str(exc)) from None
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
@@ -173,63 +215,20 @@ class ClhSession:
         return [r for _, r in sorted(self._arrived, key=lambda pair: pair[0])]
 
     @property
-    def baseline(self) -> dict:
-        """--clh-compare: (suite, scenario, method) -> saved summary row."""
-        if self._baseline is None:
-            self._baseline = {}
-            path = self.config.getoption("clh_compare")
-            if path:
-                import json
-                try:
-                    rows = json.loads(Path(path).read_text())["summary"]
-                except (OSError, ValueError, KeyError, TypeError) as exc:
-                    raise pytest.UsageError(f"--clh-compare {path}: not a clharness scorecard JSON ({exc}); "
-                                            "write one with --clh-scorecard FILE.json") from None
-                self._baseline = {(r["suite"], r["scenario"], r["method"]): r for r in rows}
-        return self._baseline
-
-    def max_drops(self) -> dict[str, float]:
-        from .reporting.compare import parse_drops
-        try:
-            return parse_drops(self.config.getoption("clh_max_drop"))
-        except ValueError as exc:
-            raise pytest.UsageError(f"--clh-max-drop: {exc}") from None
-
-    def wait_for(self, keys: list[str]) -> tuple[list[RunRecord], list[str]]:
-        """Records of ``keys``: cases this session runs are awaited (other xdist workers may still
-        be running them); others come from the store as they are. Returns (records, missing keys)."""
-        from .results import REUSABLE
-        fresh = self.config.getoption("clh_fresh")
-        deadline = time.monotonic() + self.config.getoption("clh_gate_timeout")
-        found, pending = {}, set(keys)
-        while True:
-            for key in sorted(pending):
-                record = self.store.get(key)
-                if record is None and key in self.selected:
-                    continue
-                if record is not None and key in self.selected and record.session != self.session_id \
-                        and (fresh or record.status not in REUSABLE):
-                    continue   # an older record; this session's run is still to come
-                pending.discard(key)
-                if record is not None:
-                    found[key] = record
-            if not pending or time.monotonic() > deadline:
-                return list(found.values()), sorted(pending | (set(keys) - set(found)))
-            time.sleep(0.2)
+    def store(self):
+        return self.engine.store
 
     @property
-    def store(self):
-        if self._store is None:
-            from .results import ResultsStore
-            self._store = ResultsStore(self.config.getoption("clh_results"), on_unreadable=_note)
-        return self._store
+    def device(self):
+        return self.engine.device
 
     def pytest_unconfigure(self, config) -> None:
         """Close the store (checkpointing its WAL): the .sqlite file alone then holds every record.
         The hub's offline setting goes back to what it was before the session."""
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        if self._engine is not None:
+            if self._engine.remote is not None:
+                self._engine.remote.close()
+            self._engine.close()
         if self._harness is not None:   # clharness was active, so backbones set the hub's mode
             from .toolkit.backbones import reset_downloads
             reset_downloads()
@@ -262,24 +261,12 @@ class ClhSession:
             raise pytest.UsageError(str(exc)) from None
         return self._harness
 
-    @property
-    def device(self):
-        if self._device is None:
-            from .engine.runner import pick_device
-            self._device = pick_device(self.config.getoption("clh_device"))
-        return self._device
-
     def suite_path(self, name_or_path: str) -> Path:
-        if name_or_path in self.harness.suites:
-            return Path(self.harness.suites[name_or_path])
-        path = Path(name_or_path)
-        if path.suffix == ".toml" or os.sep in name_or_path:
-            if not path.exists():
-                raise pytest.UsageError(f"--clh-suite {name_or_path}: no such file")
-            return path
-        known = ", ".join(self.harness.suites) or "none"
-        raise pytest.UsageError(f"--clh-suite {name_or_path}: unknown suite; known suites: {known} "
-                                "(or give a path to a .toml suite file)")
+        from .engine.plan import resolve_suite
+        try:
+            return resolve_suite(self.engine, name_or_path)
+        except SuiteError as exc:
+            raise pytest.UsageError(f"--clh-suite {exc}".replace("--clh-suite suite ", "--clh-suite ")) from None
 
     # --- collection ---
     def pytest_collect_file(self, file_path: Path, parent):
@@ -360,6 +347,8 @@ class ClhSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session, exitstatus) -> None:
+        if self.remote is not None:   # keep what Ray finished unasked, cancel the rest
+            self.remote.finish()
         # Interrupted or not, every finished record makes it into the file.
         path = self.config.getoption("clh_scorecard")
         if path and not hasattr(self.config, "workerinput"):
@@ -368,6 +357,17 @@ class ClhSession:
             for module in _kind_modules():
                 if hasattr(module, "write_scorecard"):
                     module.write_scorecard(path, self.records, self.harness)
+
+
+class _LazyHarness:
+    """The engine's view of the pytest session's harness: built on first use, with every plugin
+    pytest registered (conftest.py files register late, so it is looked up each time)."""
+
+    def __init__(self, clh: ClhSession):
+        self._clh = clh
+
+    def __getattr__(self, name):
+        return getattr(self._clh.harness, name)
 
 
 def _kind_modules():
@@ -383,82 +383,22 @@ def _plugin_source(plugin, plugin_name: str) -> str:
 
 
 class SuiteFile(pytest.File):
-    """A suite TOML file: one test case per scenario x method x seed, in file order."""
+    """A suite TOML file: one item per unit the engine expands it into, in order."""
     suite_file: Path | None = None   # set when the node is named after the suite, not its file
 
     def collect(self):
-        from .engine.runner import Case, case_key, resolve_hparams
+        from .engine.plan import expand
         clh: ClhSession = self.config.stash[session_key]
-        from .kinds import install, preset_seeds
-        install(clh.harness.kinds)   # every plugin's kinds (clharness_add_kinds), before the suite's are checked
-        cases: list[CaseItem] = []
-        suite = load_suite(self.suite_file or self.path, quick=self.config.getoption("clh_quick"))
-        clh.resources.update({(suite.name, name): res for name, res in suite.resources.items()})
-        seeds = self.config.getoption("clh_seeds") or preset_seeds(self.config.getoption("clh_preset"), suite) \
-            or suite.seeds   # --clh-seeds, else a family's preset (stf:table1), else the suite's
-        for spec in suite.scenarios:
-            module = kind_module(spec.kind)
-            if hasattr(module, "collect"):   # multi-run protocols (GTEP, CLDyB) make their own items
-                yield from module.collect(self, suite, spec, _methods_for(clh, suite, spec.setting_enum), seeds)
-                continue
-            if spec.select_hparams is not None:   # selection runs on the first tasks, then the full runs
-                from .engine.hparam_selection import collect as select
-                yield from select(self, suite, spec, _methods_for(clh, suite, spec.setting_enum), seeds)
-                continue
-            for method in _methods_for(clh, suite, spec.setting_enum):
-                method_cls = clh.harness.methods[method]
-                try:
-                    hparams = resolve_hparams(method_cls, suite.hparams.get(method, {}))
-                except ValueError as exc:
-                    raise SuiteError(f"{self.path}: [hparams.{method}]: {exc}") from None
-                for seed in range(seeds):
-                    case = Case(suite.name, spec, method, seed, hparams)
-                    item = make_item(CaseItem, self, f"{spec.name}[{method}-seed{seed}]", _run_clh_case)
-                    item.case, item.case_key = case, case_key(case, method_cls)
-                    cases.append(item)
-                    yield item
-        for spec in suite.scenarios:   # the suite's planned methods that no plugin registers
-            for method in _not_registered(clh, suite):
-                item = make_item(NotRegisteredItem, self, f"{spec.name}[{method}-not-registered]", _skip_not_registered)
-                item.message = (f"not registered: method {method!r}, named in planned_methods of suite "
-                                f"{suite.name!r}; its cases are skipped until a plugin registers it")
-                yield item
-        yield from self._gates(clh, suite, cases)
-
-    def _gates(self, clh: "ClhSession", suite: Suite, cases: list["CaseItem"]):
-        """Gate items, after the cases: the suite's own gates, then --clh-compare regressions."""
-        from .reporting.gates import Gate
-        running = {c.case.method for c in cases}
-        gates = []
-        for gate in suite.gates:
-            for m in gate.methods:
-                if m != "*" and m not in suite.planned_methods:
-                    clh.harness.methods.entry(m)   # a typo is an error listing the known methods
-            absent = [m for m in gate.methods if m != "*" and m not in running]
-            if absent:   # e.g. --clh-method mine: the suite's gates about other methods do not apply
-                _note(f"{suite.name}: gate {gate.text!r} not judged: this session does not run {absent}")
-                continue
-            gates.append((f"gate[{gate.text}]", gate))
-        drops = clh.max_drops() if clh.config.getoption("clh_compare") else {}
-        for (b_suite, scenario, method), row in clh.baseline.items():
-            if b_suite != suite.name:
-                continue
-            if not any(c.case.method == method and c.case.scenario.name == scenario for c in cases):
-                _note(f"--clh-compare: baseline has {b_suite}::{scenario}[{method}], not run in this session")
-                continue
-            for metric, drop in drops.items():
-                if row.get(metric) is None:
-                    _note(f"--clh-compare: baseline {b_suite}::{scenario}[{method}] has no metric {metric!r}")
-                    continue
-                text = f"{scenario}/{method}: {metric} drops at most {drop} from {row[metric]:.4f}"
-                gates.append((f"compare[{scenario}/{method}-{metric}]",
-                              Gate(text, method, metric, "max-drop", drop, scenario=scenario,
-                                   baseline=float(row[metric]))))
-        for name, gate in gates:
-            judged = [c.case_key for c in cases if (gate.method == "*" or c.case.method in gate.methods)
-                      and (gate.scenario is None or c.case.scenario.name == gate.scenario)]
-            item = make_item(GateItem, self, name, _run_gate)
-            item.gate, item.judged = gate, judged
+        try:
+            units = expand(clh.engine, self.suite_file or self.path)
+        except ValueError as exc:
+            if str(exc).startswith("--clh-compare"):
+                raise pytest.UsageError(str(exc)) from None
+            raise
+        for unit in units:
+            cls = NotRegisteredItem if unit.role == "not-registered" else UnitItem
+            item = make_item(cls, self, unit.name, _run_unit)
+            item.unit, item.case, item.case_key = unit, unit.case, unit.key
             yield item
 
     def repr_failure(self, excinfo):
@@ -467,33 +407,13 @@ class SuiteFile(pytest.File):
         return super().repr_failure(excinfo)
 
 
-def _methods_for(clh: ClhSession, suite: Suite, setting) -> list[str]:
-    """The registered methods to run: --clh-method, else the suite's methods and its registered
-    planned_methods, else every method supporting the setting."""
-    requested = clh.config.getoption("clh_method")
-    chosen = list(requested) or ([*suite.methods, *suite.planned_methods] if suite.methods else [])
-    missing = _not_registered(clh, suite)
-    chosen = [name for name in chosen if name not in missing]
-    for name in chosen:
-        clh.harness.methods.entry(name)   # unknown name: error listing the known ones
-    if chosen or requested or suite.methods:
-        return chosen
-    return [name for name in clh.harness.methods if setting in set(clh.harness.methods[name].settings)]
-
-
-def _not_registered(clh: ClhSession, suite: Suite) -> list[str]:
-    """The suite's planned methods (those --clh-method asks for, if given) that no plugin registers."""
-    requested = clh.config.getoption("clh_method")
-    return [m for m in suite.planned_methods if m not in clh.harness.methods and (not requested or m in requested)]
-
-
 class ClhWarning(pytest.PytestWarning):
     """Something a suite asked for that this session does not do (shown in the warnings summary)."""
 
 
 def _note(message: str) -> None:
     import warnings
-    warnings.warn(ClhWarning(message), stacklevel=2)
+    warnings.warn(ClhWarning(message), stacklevel=3)
 
 
 def make_item(cls, parent, name: str, callobj):
@@ -507,85 +427,32 @@ def make_item(cls, parent, name: str, callobj):
                            callspec=spec_cls(_idlist=(params[:-1],)) if params else None)
 
 
-class CaseItem(pytest.Function):
-    case: "Case"
-    case_key: str
+class UnitItem(pytest.Function):
+    """One unit of the engine's plan: a case, a protocol step or a gate."""
+    unit: "object"
+    case: "object"
+    case_key: str | None
 
     def reportinfo(self):
-        return self.path, 0, self.case.id
+        return self.path, 0, self.unit.title
 
 
-class NotRegisteredItem(pytest.Function):
-    message: str
-
+class NotRegisteredItem(UnitItem):
     def reportinfo(self):
         return self.path, 0, self.name
 
 
-def _skip_not_registered(request: pytest.FixtureRequest) -> None:
-    request.node.user_properties.append((NOT_REGISTERED_PROPERTY, request.node.message))
-    raise pytest.skip.Exception(request.node.message, _use_item_location=True)   # reported at the suite file
-
-
-class GateItem(pytest.Function):
-    gate: "Gate"
-    judged: list[str]
-
-    def reportinfo(self):
-        return self.path, 0, f"gate {self.gate.text}"
-
-
-def _run_gate(request: pytest.FixtureRequest) -> None:
-    from .reporting.gates import judge
-    item: GateItem = request.node
+def _run_unit(request: pytest.FixtureRequest) -> None:
+    """Run the item's unit through the engine; its outcome becomes the item's."""
+    item: UnitItem = request.node
     clh: ClhSession = request.config.stash[session_key]
-    records, missing = clh.wait_for(item.judged)
-    ok, lines = judge(item.gate, records)
-    if missing:
-        ok = False
-        lines.append(f"FAIL {len(missing)} judged case(s) have no record (not run in this session and not in "
-                     f"{request.config.getoption('clh_results')}, or still running after --clh-gate-timeout)")
-    item.user_properties.append((GATE_PROPERTY, "\n".join(lines)))
-    if not ok:
-        pytest.fail(f"gate failed: {item.gate.text}\n" + "\n".join(lines), pytrace=False)
-
-
-def _run_clh_case(request: pytest.FixtureRequest) -> None:
-    run_stored_case(request, request.node.case)
-
-
-def run_stored_case(request: pytest.FixtureRequest, case, amend=None, divergence_expected: bool = False):
-    """Run ``case`` through the results store (a stored record with the same content hash is
-    reused) and turn its status into the item's outcome. ``amend(record)`` edits a fresh record
-    before it is stored. ``divergence_expected``: a diverged run is an outcome the protocol counts
-    (GTEP's random search), reported as an expected failure rather than failing the session."""
-    from .engine.runner import case_key, run_case
-    item, config = request.node, request.config
-    clh: ClhSession = config.stash[session_key]
-    record = None
-    if not config.getoption("clh_fresh"):
-        record = clh.store.reusable(case_key(case, clh.harness.methods[case.method]))
-    if record is not None:
-        item.user_properties.append((REUSED_PROPERTY, record.key))
-    else:
-        if clh.remote is not None:   # --clh-ray: the case's Ray task (submitted after collection)
-            record = clh.remote.result(case_key(case, clh.harness.methods[case.method]), case)
-        else:
-            root = config.getoption("clh_data_root")
-            progress = config.pluginmanager.get_plugin("clharness-progress")
-            record = run_case(case, clh.harness, clh.device, Path(root) if root else None,
-                              config.getoption("clh_download"),
-                              on_task=progress.case_callback(item.nodeid) if progress else None)
-        if amend is not None:
-            amend(record)
-        record.session = clh.session_id
-        clh.store.put(record)   # one transaction per record: a crash later loses nothing
-        clh.harness.run_finished(record)
-    item.user_properties.append((RECORD_PROPERTY, record.to_json()))
-    if record.status == "not-applicable":   # reported at the case, not at this line
-        raise pytest.skip.Exception(record.message, _use_item_location=True)
-    if record.status == "diverged" and divergence_expected:
-        pytest.xfail(f"[diverged] {record.case_id}: {record.message}")
-    if record.status != "passed":
-        pytest.fail(f"[{record.status}] {record.case_id}: {record.message}", pytrace=False)
-    return record
+    try:
+        clh.engine.execute(item.unit)
+    except outcomes.Skipped as exc:
+        raise pytest.skip.Exception(exc.message, _use_item_location=True) from None   # reported at the suite file
+    except outcomes.ExpectedFailure as exc:
+        pytest.xfail(exc.message)
+    except outcomes.Failed as exc:
+        pytest.fail(exc.message, pytrace=False)
+    finally:
+        item.user_properties.extend(item.unit.properties)

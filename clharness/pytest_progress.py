@@ -1,4 +1,4 @@
-"""Progress inside long runs (issue 19 part 2).
+"""Progress inside long runs, on pytest's terminal (the pytest front end's; issue 19 part 2).
 
 One GTEP or CLDyB case on real data trains for hours between two pytest status letters, so:
 
@@ -88,8 +88,9 @@ class Line:
 class ProgressPlugin:
     """Registered by clharness.pytest_plugin; ``case_callback(case)`` gives run_case its on_task."""
 
-    def __init__(self, config: pytest.Config, now: Callable[[], float] = time.monotonic):
-        self.config, self.now = config, now
+    def __init__(self, config: pytest.Config, now: Callable[[], float] = time.monotonic,
+                 remote: Callable[[], bool] = lambda: False):
+        self.config, self.now, self.remote = config, now, remote
         self.total = 0
         self.done = 0
         self.start = now()
@@ -115,9 +116,8 @@ class ProgressPlugin:
 
     # --- session progress on the controller of an xdist or Ray session
     def _controller(self) -> bool:
-        from .pytest_plugin import session_key
         xdist = bool(self.config.getoption("numprocesses", None)) and not hasattr(self.config, "workerinput")
-        return xdist or self.config.stash[session_key].remote is not None
+        return xdist or self.remote()
 
     def pytest_collection_finish(self, session) -> None:
         self.total = self.total or len(session.items)

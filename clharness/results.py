@@ -1,6 +1,9 @@
-"""Run records: one per (suite, scenario, method, seed, hyperparameters)."""
+"""Run records: one per (suite, scenario, method, seed, hyperparameters), and the SQLite store that
+holds them (``clharness.results.open(path)``).
+"""
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import math
@@ -164,7 +167,7 @@ class ResultsStore:
             raise StoreError(f"results store {self.path} is a directory; give a file path such as "
                              f"{self.path / 'results.sqlite'}")
         if self.path.exists() and self.path.stat().st_size > 0:
-            with open(self.path, "rb") as fh:
+            with builtins.open(self.path, "rb") as fh:
                 if fh.read(16) != _SQLITE_MAGIC:
                     raise StoreError(f"results store {self.path} is not an SQLite file; "
                                      "give --clh-results a new path (the file was not touched)")
@@ -260,3 +263,30 @@ class ResultsStore:
         checkpoint stops short and the last connection to close completes it."""
         self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         self._db.close()
+
+    def __enter__(self) -> "ResultsStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def frame(self, suite: str | None = None):
+        """The stored records as a pandas DataFrame (``records_frame``)."""
+        return records_frame(self.records(suite))
+
+
+def open(path: str | Path) -> ResultsStore:   # noqa: A001  (clharness.results.open, like io.open)
+    """The results store at ``path`` (made if absent): ``with clharness.results.open(p) as store: ...``."""
+    return ResultsStore(path)
+
+
+def records_frame(records: Iterable[RunRecord]):
+    """One row per record: its case, status, key, seconds and every metric (columns ``metric.<name>``
+    are plain metric names here), as a pandas DataFrame."""
+    import pandas as pd
+    rows = []
+    for r in records:
+        rows.append({"suite": r.suite, "scenario": r.scenario, "method": r.method, "seed": r.seed,
+                     "status": r.status, "key": r.key, "train_seconds": r.train_seconds,
+                     "eval_seconds": r.eval_seconds, "memory_mb": r.memory_mb, **r.metrics})
+    return pd.DataFrame(rows)

@@ -2,7 +2,11 @@
 maximally interfered retrieval"): experience replay that, instead of a random replay batch,
 draws ``candidates`` samples from the reservoir memory, takes a virtual SGD step on the incoming
 minibatch, theta' = theta - lr * grad L(B_n; theta), and replays the k samples whose loss rises
-most, s(x) = l(f_theta'(x), y) - l(f_theta(x), y) (k = the incoming batch size)."""
+most, s(x) = l(f_theta'(x), y) - l(f_theta(x), y) (k = the incoming batch size).
+
+``replay_loss``: ``union`` (default, the paper's Algorithm 1) steps on one mean over the incoming
+batch and the retrieved samples; ``sum`` is the authors' code (and Avalanche's MIRPlugin), the mean
+over the incoming batch plus the mean over the retrieved samples."""
 import torch
 import torch.nn.functional as F
 
@@ -30,15 +34,21 @@ class MIR(ER):
     paper = ("R. Aljundi, L. Caccia, E. Belilovsky, M. Caccia, M. Lin, L. Charlin, T. Tuytelaars, Online Continual "
              "Learning with Maximally Interfered Retrieval, NeurIPS 2019")
     reference = "optimass/Maximally_Interfered_Retrieval: mir.py"
-    deviations = ("one SGD step on the mean loss over B_n and the retrieved samples (Algorithm 1); the authors' code "
-                  "(and Avalanche's MIRPlugin) adds the replay loss as a second mean, about twice the replay weight",
+    deviations = ("replay_loss='union' (default): one SGD step on the mean loss over B_n and the retrieved samples "
+                  "(Algorithm 1); 'sum' is the authors' code (and Avalanche's MIRPlugin): the replay loss added as "
+                  "a second mean, about twice the replay's weight",
                   "offline tasks: the memory is offered the task's samples after the task (ER's offline form), so "
                   "candidates come from earlier tasks; the authors' single-pass code adds each minibatch to the "
                   "reservoir after its step and excludes the current task when sampling candidates",
                   "k = the incoming batch size; the virtual step uses the method's lr")
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.ONLINE})
     hparams = {**OPTIMIZER_SPACE, "buffer": clh.Choice(["reservoir", "class-balanced"]),
-               "candidates": clh.Int(1, 10000, default=50)}    # memory subsample scored per step
+               "candidates": clh.Int(1, 10000, default=50),     # memory subsample scored per step
+               # "union": one mean over B_n and the retrieved samples (Algorithm 1: SGD on B_n u B_C);
+               # "sum": mean over B_n plus mean over the retrieved samples, the authors' code (two
+               # backward passes) and Avalanche's MIRPlugin: about twice the replay's weight
+               "replay_loss": clh.Choice(["union", "sum"])}
+    later_hparams = {"replay_loss": "union"}   # added later: stored runs keep their keys
 
     def sample_loss(self, logits, y):
         return F.cross_entropy(self.labels.mask(logits, y), y, reduction="none")
@@ -58,10 +68,12 @@ class MIR(ER):
         return cx[top], cy[top]
 
     def mir_loss(self, x, y):
-        if len(self.buffer):
-            mx, my = self.retrieve(x, y)
-            x, y = torch.cat([x, mx]), torch.cat([y, my])
-        return self.cross_entropy(self.model(x), y)
+        if not len(self.buffer):
+            return self.cross_entropy(self.model(x), y)
+        mx, my = self.retrieve(x, y)
+        if self.hp["replay_loss"] == "sum":
+            return self.cross_entropy(self.model(x), y) + self.cross_entropy(self.model(mx), my)
+        return self.cross_entropy(self.model(torch.cat([x, mx])), torch.cat([y, my]))
 
     def step(self, x, y):
         self.trainer = getattr(self, "trainer", None) or Trainer.for_method(self)

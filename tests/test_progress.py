@@ -12,7 +12,7 @@ import sklearn.datasets  # noqa: F401
 import sklearn.model_selection  # noqa: F401
 import clharness.reporting.scorecard  # noqa: F401
 import torchvision.ops  # noqa: F401  (first imported inside a run, torch._dynamo would register twice)
-from clharness.progress import Line, clock, eta, progress_text
+from clharness.pytest_progress import Line, clock, eta, progress_text
 
 HERE = Path(__file__).parent
 

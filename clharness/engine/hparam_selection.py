@@ -33,7 +33,7 @@ Selection runs are ordinary records in the results store, keyed by content hash 
 runs (``runner.Case``, minus the suite, like ``gtep.tune_case.TuneCase``, plus the number of tasks
 and "scored on validation"): a rerun reuses every stored one (resume after kill), the same scenario in
 two suites shares them, and under pytest-xdist the full-run item waits for them
-(``ClhSession.wait_for``) wherever they run; of several selected items holding one key only the first
+(``Session.wait_for``) wherever they run; of several selected items holding one key only the first
 in collection order trains it. CLDyB scenarios (kind ``cldyb``) select per searched sequence: the
 selection runs and the full replay wait for the sequence's search.
 
@@ -63,62 +63,12 @@ import random
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-import pytest
-
 from ..hparams import Choice, HParamError, Param, check_space, choice_from_values, sample
-from ..pytest_plugin import CaseItem, _run_clh_case, make_item, run_stored_case, session_key
 from .runner import Case, build_scenario, case_key, resolve_hparams
 from .scenario import ScenarioError, Task
 from .suites import SuiteError
 
-KEY = "select_hparams"
-OPTION_TYPES = {"tasks": int, "metric": str, "configurations": int, "search": dict}
-DEFAULTS = {"tasks": 3, "metric": "aa", "configurations": 0, "search": {}}
-EXAMPLE = 'select_hparams = { tasks = 3, metric = "aa", search = { "*" = { lr = [0.01, 0.1] } } }'
-
-
-# ----------------------------------------------------------------------------- the suite key
-def options(value: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The key's table with its defaults filled in."""
-    return {**DEFAULTS, **(value or {})}
-
-
-def check_option(value: Any, kind: str, setting: str = "class-incremental", validation: float = 0.0,
-                 tasks: int | None = None) -> dict[str, Any]:
-    """Load-time check of ``select_hparams``; raises ValueError naming the key, the value and the fix."""
-    if not isinstance(value, dict):
-        raise ValueError(f"{KEY} = {value!r} must be a table, e.g. {EXAMPLE}")
-    unknown = [k for k in value if k not in OPTION_TYPES]
-    if unknown:
-        raise ValueError(f"{KEY}: unknown key(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(OPTION_TYPES)}")
-    for key, typ in OPTION_TYPES.items():
-        if key in value and (isinstance(value[key], bool) or not isinstance(value[key], typ)):
-            raise ValueError(f"{KEY}.{key} = {value[key]!r} must be of type {typ.__name__}")
-    o = options(value)
-    from ..metrics import METRIC_INFO
-    if o["metric"] not in METRIC_INFO:
-        raise ValueError(f"{KEY}.metric = {o['metric']!r}; allowed: {', '.join(METRIC_INFO)}")
-    if o["tasks"] < 1 or o["configurations"] < 0:
-        raise ValueError(f"{KEY}: tasks = {o['tasks']} must be >= 1 and configurations = {o['configurations']} >= 0 "
-                         "(0: the full grid of the search sets)")
-    if tasks is not None and o["tasks"] > tasks:
-        raise ValueError(f"{KEY}.tasks = {o['tasks']} exceeds the scenario's {tasks} tasks; select on fewer tasks")
-    for owner, table in o["search"].items():
-        if not isinstance(table, dict) or not all(isinstance(v, list) and v for v in table.values()):
-            raise ValueError(f"{KEY}.search.{owner} = {table!r} must be a table of non-empty lists, "
-                             "e.g. { lr = [0.01, 0.1] }")
-    if setting == "online":
-        raise ValueError(f"{KEY} selects on the first tasks of a task sequence; setting = \"online\" has no tasks")
-    if kind != "cldyb" and not 0 < validation < 1:   # CLDyB requires it of its own (kind.check)
-        raise ValueError(f"{KEY} scores on the first tasks' validation splits: set validation to a fraction in "
-                         "(0, 1), e.g. validation = 0.2")
-    from ..kinds import kind_module
-    module = kind_module(kind)
-    if hasattr(module, "collect") and not getattr(module, "SELECTS_HPARAMS", False):
-        raise ValueError(f"{KEY}: kind {kind!r} makes its own items and does not apply {KEY}"
-                         + (" (GTEP tunes in its own phase: use its configurations and search keys)" if kind == "gtep"
-                            else " (its module would declare SELECTS_HPARAMS = True)"))
-    return o
+from .select_hparams_key import DEFAULTS, EXAMPLE, KEY, OPTION_TYPES, check_option, options  # noqa: F401
 
 
 # ----------------------------------------------------------------------------- search spaces
@@ -245,134 +195,86 @@ def choose(records: list, metric: str) -> tuple[int | None, list[float]]:
     return (-max(finite)[1] if finite else None), scores
 
 
-# ----------------------------------------------------------------------------- pytest items
-def items(node, suite, case, name: str, method_cls, after: str | None = None, make_plain=None):
-    """The items of one full case with selection: a ``SelectionItem`` per candidate, then the
-    ``SelectedItem`` named ``name`` that picks the winner and runs the full case. ``after`` is a
-    record key both wait for first (a CLDyB search). Without a search space: ``make_plain()``."""
+# ----------------------------------------------------------------------------- units
+def units(session, suite, case, name: str, method_cls, after: str | None = None, make_plain=None) -> list:
+    """The units of one full case with selection: a selection unit per candidate, then the unit named
+    ``name`` that picks the winner and runs the full case. ``after`` is a record key both wait for
+    first (a CLDyB search). Without a search space: ``[make_plain()]``."""
+    from .units import Unit
     try:
         chosen = plan(suite, case, method_cls)
     except HParamError as exc:
-        raise SuiteError(f"{node.path}: scenario {case.scenario.name!r}: {exc}") from None
+        raise SuiteError(f"{suite.path}: scenario {case.scenario.name!r}: {exc}") from None
     if chosen is None:
-        yield make_plain()
-        return
+        return [make_plain()]
     base, _, params = name.partition("[")
-    keys = []
+    out, keys = [], []
     for k, sel in enumerate(chosen.cases):
-        item = make_item(SelectionItem, node, f"{base}[{params[:-1]}-select-c{k}]", _run_selection)
-        item.case, item.case_key, item.after = sel, case_key(sel, method_cls), after
-        item.search_key = after   # --clh-ray submits items without one at collection; these wait first
-        keys.append(item.case_key)
-        yield item
-    item = make_item(SelectedItem, node, name, _run_selected)
-    item.plan, item.keys, item.after, item.method_cls = chosen, keys, after, method_cls
-    yield item
+        key = case_key(sel, method_cls)
+        out.append(Unit(f"{base}[{params[:-1]}-select-c{k}]", _run_selection, suite=suite.name, path=suite.path,
+                        case=sel, key=key, after=after, shared=True, role="selection"))
+        keys.append(key)
+    out.append(Unit(name, _run_selected, suite=suite.name, path=suite.path, after=after, role="selected",
+                    label=f"{chosen.full.suite}::{name}", data={"plan": chosen, "keys": keys, "method_cls": method_cls}))
+    return out
 
 
-def collect(node, suite, spec, methods, seeds):
-    """Items of a plain kind's scenario with ``select_hparams`` (pytest_plugin.SuiteFile.collect):
-    per method, its selection runs for every seed, then the full runs."""
-    clh = _session(node.config)
+def collect(session, suite, spec, methods, seeds) -> list:
+    """Units of a plain kind's scenario with ``select_hparams`` (engine.plan.expand): per method, its
+    selection runs for every seed, then the full runs."""
+    from .units import case_unit
+    out = []
     for method in methods:
-        method_cls = clh.harness.methods[method]
+        method_cls = session.harness.methods[method]
         try:
             hparams = resolve_hparams(method_cls, suite.hparams.get(method, {}))
         except ValueError as exc:
-            raise SuiteError(f"{node.path}: [hparams.{method}]: {exc}") from None
+            raise SuiteError(f"{suite.path}: [hparams.{method}]: {exc}") from None
         finals = []
         for seed in range(seeds):
             case, name = Case(suite.name, spec, method, seed, hparams), f"{spec.name}[{method}-seed{seed}]"
-
-            def plain(case=case, name=name):
-                item = make_item(CaseItem, node, name, _run_clh_case)
-                item.case, item.case_key = case, case_key(case, method_cls)
-                return item
-            for item in items(node, suite, case, name, method_cls, make_plain=plain):
-                if isinstance(item, SelectionItem):
-                    yield item
-                else:
-                    finals.append(item)
-        yield from finals
+            for unit in units(session, suite, case, name, method_cls,
+                              make_plain=lambda case=case, name=name: case_unit(suite, name, case, method_cls)):
+                (out if unit.role == "selection" else finals).append(unit)
+        out += finals
+    return out
 
 
-def _session(config):
-    return config.stash[session_key]
-
-
-class SelectionItem(CaseItem):
-    """One candidate on the first tasks' validation splits (``<scenario>[<method>-seedN-select-cK]``)."""
-    after: str | None = None
-    search_key: str | None = None
-
-
-class SelectedItem(pytest.Function):
-    """The full sequence with the candidate its selection runs chose."""
-
-    def reportinfo(self):
-        return self.path, 0, f"{self.plan.full.suite}::{self.name}"
-
-
-def _await(request, key: str, what: str) -> None:
-    """Wait for the record of ``key`` (a CLDyB search, maybe on another xdist worker)."""
-    clh = _session(request.config)
-    if any(getattr(i, "case_key", None) == key for i in request.session.items):
-        clh.selected.add(key)
-    records, missing = clh.wait_for([key])
-    if missing or records[0].status != "passed":
-        why = records[0].message if records else "no record (not run in this session, not in the results store)"
-        pytest.fail(f"{what}: the run it depends on ({key}) did not pass: {why}", pytrace=False)
-
-
-def _owners(session) -> dict[str, str]:
-    """Selection record key -> node id of the first selected item that trains it (as GTEP's tuning
-    runs: two suites holding one scenario share its selection runs; the others wait for the record)."""
-    owners = getattr(session, "_clh_selection_owners", None)
-    if owners is None or owners[0] != len(session.items):
-        table: dict[str, str] = {}
-        for it in session.items:
-            if isinstance(it, SelectionItem):
-                table.setdefault(it.case_key, it.nodeid)
-        owners = (len(session.items), table)
-        session._clh_selection_owners = owners
-    return owners[1]
-
-
-def _run_selection(request) -> None:
-    item = request.node
-    if item.after:
-        _await(request, item.after, item.name)
-    owner = _owners(request.session).get(item.case_key)
-    if owner is None or owner == item.nodeid:
-        run_stored_case(request, item.case, divergence_expected=True)   # a diverged candidate scores NaN
+def _run_selection(session, unit) -> None:
+    from . import outcomes
+    if unit.after:
+        session.await_passed(unit.after, unit.name)
+    owner = session.owner(unit.key)
+    if owner is None or owner is unit:
+        session.run_stored(unit, unit.case, divergence_expected=True)   # a diverged candidate scores NaN
         return
-    records, missing = _session(request.config).wait_for([item.case_key])
+    records, missing = session.wait_for([unit.key])
     if missing:
-        pytest.fail(f"shared selection run {item.case.scenario.name} has no record: {owner}, which trains it, "
-                    "did not finish", pytrace=False)
-    item.user_properties.append(("clh_shared_with", owner))
+        raise outcomes.Failed(f"shared selection run {unit.case.scenario.name} has no record: {owner.title}, "
+                              "which trains it, did not finish")
+    unit.properties.append((outcomes.SHARED_WITH, owner.title))
 
 
-def _run_selected(request) -> None:
-    item = request.node
-    p: Plan = item.plan
-    if item.after:
-        _await(request, item.after, item.name)
-    found, missing = _session(request.config).wait_for(item.keys)
+def _run_selected(session, unit) -> None:
+    from . import outcomes
+    p: Plan = unit.data["plan"]
+    keys = unit.data["keys"]
+    if unit.after:
+        session.await_passed(unit.after, unit.name)
+    found, missing = session.wait_for(keys)
     if missing:
-        pytest.fail(f"{item.name}: {len(missing)} of {len(item.keys)} selection runs have no record (not run in "
-                    f"this session and not in {request.config.getoption('clh_results')}); run its "
-                    "'-select-c' items too", pytrace=False)
+        raise outcomes.Failed(f"{unit.name}: {len(missing)} of {len(keys)} selection runs have no record (not run in "
+                              f"this session and not in {session.options.results}); run its '-select-c' items too")
     by_key = {r.key: r for r in found}
-    best, scores = choose([by_key.get(k) for k in item.keys], p.metric)
+    best, scores = choose([by_key.get(k) for k in keys], p.metric)
     if best is None:
-        pytest.fail(f"{item.name}: every one of {len(p.configs)} candidate configurations diverged or failed on the "
-                    f"first {p.tasks} tasks; no hyperparameters to run the sequence with", pytrace=False)
-    case = replace(p.full, hparams=resolve_hparams(item.method_cls, p.base, p.configs[best]))
+        raise outcomes.Failed(f"{unit.name}: every one of {len(p.configs)} candidate configurations diverged or "
+                              f"failed on the first {p.tasks} tasks; no hyperparameters to run the sequence with")
+    case = replace(p.full, hparams=resolve_hparams(unit.data["method_cls"], p.base, p.configs[best]))
     note = {"first_tasks": p.tasks, "metric": p.metric, "scored_on": "validation", "candidates": len(p.configs),
-            "chosen": best, "config": dict(p.configs[best]), "scores": scores, "keys": list(item.keys),
+            "chosen": best, "config": dict(p.configs[best]), "scores": scores, "keys": list(keys),
             "tie_rule": "lowest candidate index"}
 
     def amend(record):
         record.selection = note
-    run_stored_case(request, case, amend)
+    session.run_stored(unit, case, amend)

@@ -170,32 +170,12 @@ def run_function(fn: Callable, *args, **kwargs):
     return fn(*args, **kwargs)
 
 
-def value_candidate(blob: bytes, tasks, names, modules: tuple[str, ...], aliases, sources) -> tuple[float, float]:
-    """CLDyB look-ahead on a worker: eq. 6 for one candidate from a pickled copy of the search's state.
-    Unpickled here, after the plugin modules are imported, so plugin methods' classes resolve."""
+def call_method(blob: bytes, method: str, args: tuple, modules: tuple[str, ...], aliases, sources):
+    """``obj.<method>(*args)`` on a worker, ``obj`` pickled on the driver (a family's state, e.g. a CLDyB
+    search). Unpickled here, after the plugin modules are imported, so plugin methods' classes resolve."""
     import cloudpickle
-    worker_harness(modules, "CLDyB look-ahead", aliases, sources)
-    return cloudpickle.loads(blob).value_candidate(tasks, names)
-
-
-def lookahead_fan_out(plugin: "RayPlugin") -> Callable:
-    """``Search.fan_out`` under --clh-ray: the state F^{t-1} (methods, pool, diagonals) goes to the object
-    store once per step; every candidate is valued by its own task; the values come back in candidate
-    order, so eq. 7 picks exactly what the serial search picks (the same arithmetic per candidate)."""
-    def fan_out(search, tasks):
-        import copy
-
-        import cloudpickle
-        runner = plugin.start()
-        light = copy.copy(search)
-        light.grow, light._val_cache, light.fan_out = None, {}, None   # no closures over the harness
-        blob = ray.put(cloudpickle.dumps(light))
-        modules, aliases = tuple(runner.shipment.modules), tuple(runner.shipment.aliases.items())
-        refs = [runner.call(value_candidate, blob, tasks, names, modules, aliases, runner.sources)
-                for names in tasks]
-        out = ray.get(refs)
-        return [v for v, _ in out], [r for _, r in out]
-    return fan_out
+    worker_harness(modules, f"remote {method}", aliases, sources)
+    return getattr(cloudpickle.loads(blob), method)(*args)
 
 
 _remote_case = ray.remote(run_remote)
@@ -301,6 +281,15 @@ class RayRunner:
         self.pending[key] = Pending(ref, case, amend)
         self.submitted += 1
 
+    def map_method(self, obj, method: str, calls: list[tuple]) -> list:
+        """``obj.<method>(*args)`` for every ``args`` in ``calls``, each as its own task with the case
+        resources; ``obj`` goes to the object store once. Results in the order of ``calls``."""
+        import cloudpickle
+        blob = ray.put(cloudpickle.dumps(obj))
+        modules, aliases = tuple(self.shipment.modules), tuple(self.shipment.aliases.items())
+        return ray.get([self.call(call_method, blob, method, tuple(args), modules, aliases, self.sources)
+                        for args in calls])
+
     def call(self, fn: Callable, *args, resources: dict | None = None, **kwargs):
         """An arbitrary call as a task with the case resources (e.g. CLDyB look-ahead rollouts)."""
         options = resources or {"num_cpus": float(self.cpus or 1), "num_gpus": float(self.gpus or 0)}
@@ -358,77 +347,65 @@ def _last_line(exc: BaseException) -> str:
     return text
 
 
-# ------------------------------------------------------------------------------- pytest
-def _search_class():
-    from ..benchmarks.cldyb.search import Search
-    return Search
+# ------------------------------------------------------------------------------- the session's executor
+class RayExecutor:
+    """A session's remote executor (``Session.remote``): cases become Ray tasks, submitted up front
+    (``prepare``) or when a unit asks (``result``); what came back unasked is kept at the end."""
 
-
-class RayPlugin:
-    """Registered by the clharness pytest plugin when --clh-ray is given."""
-
-    def __init__(self, clh):
-        self.clh = clh
+    def __init__(self, session, address: str, plugin_modules: list[Any] = (), cpus_per_run: float | None = None,
+                 gpus_per_run: float | None = None):
+        self.session, self.address = session, address
+        self.plugin_modules = list(plugin_modules)
+        self.cpus, self.gpus = cpus_per_run, gpus_per_run
         self.runner: RayRunner | None = None
         self.connected = False   # this session started or joined Ray (and so leaves it at the end)
-        self.hooked = False      # the CLDyB search's fan_out is ours (set when a search is collected)
 
     def start(self) -> RayRunner:
+        """Connect (raises RayBackendError or ValueError on a bad address or an unusable cluster)."""
         if self.runner is None:
-            config = self.clh.config
-            import pytest
-            try:
-                shipment = ship_plugins([p for p, _ in self.clh._plugins], config.getoption("clh_plugin"))
-                self.connected = init(config.getoption("clh_ray"), shipment)
-            except (ValueError, RayBackendError) as exc:
-                raise pytest.UsageError(str(exc)) from None
-            self.runner = RayRunner(shipment, config.getoption("clh_device"), config.getoption("clh_data_root"),
-                                    config.getoption("clh_download"), config.getoption("clh_cpus_per_run"),
-                                    config.getoption("clh_gpus_per_run"), self.clh.resources,
-                                    self.clh.harness.datasets)
+            o = self.session.options
+            shipment = ship_plugins(self.plugin_modules, list(o.plugins))
+            self.connected = init(self.address, shipment)
+            self.runner = RayRunner(shipment, o.device, o.data_root, o.download, self.cpus, self.gpus,
+                                    self.session.resources, self.session.harness.datasets)
         return self.runner
 
+    def prepare(self, units) -> None:
+        """Submit every unit that runs one known case and waits for nothing, in order (Ray starts
+        them roughly in the order the units ask), unless its record is stored."""
+        units = [u for u in units if u.case is not None and u.key and u.after is None]
+        if not units:
+            return
+        runner = self.start()
+        for unit in units:
+            if self.session.options.fresh or self.session.store.reusable(unit.key) is None:
+                runner.submit(unit.key, unit.case, unit.amend, unit.name.split("[")[0])
+
     def result(self, key: str, case) -> RunRecord:
-        """The record of ``case`` for its pytest item; a setup problem on the cluster fails the item."""
-        import pytest
+        from .outcomes import Failed
         try:
             record = self.start().result(key, case)
         except RayBackendError as exc:
-            pytest.fail(str(exc), pytrace=False)
+            raise Failed(str(exc)) from None
         if record.key != key:   # a worker with other library versions hashes the case differently
-            pytest.fail(f"{case.id}: the Ray worker computed record key {record.key}, the driver {key}: the "
-                        f"worker's library versions differ ({record.versions}); install the same versions on "
-                        "every node", pytrace=False)
+            raise Failed(f"{case.id}: the Ray worker computed record key {record.key}, the driver {key}: the "
+                         f"worker's library versions differ ({record.versions}); install the same versions on "
+                         "every node")
         return record
 
-    def pytest_collection_finish(self, session) -> None:
-        from ..pytest_plugin import CaseItem
-        if any(type(i).__name__ == "SearchItem" for i in session.items):   # CLDyB: look-ahead as tasks
-            _search_class().fan_out = staticmethod(lookahead_fan_out(self))
-            self.hooked = True
-        items = [i for i in session.items if isinstance(i, CaseItem) and getattr(i, "search_key", None) is None]
-        if not items:
-            return
-        runner = self.start()
-        fresh = session.config.getoption("clh_fresh")
-        for item in items:   # collection order: Ray starts them roughly in the order the items wait
-            if fresh or self.clh.store.reusable(item.case_key) is None:
-                runner.submit(item.case_key, item.case, getattr(item, "amend", None), item.originalname)
+    def map_method(self, obj, method: str, calls: list[tuple]) -> list:
+        return self.start().map_method(obj, method, calls)
 
-    def pytest_sessionfinish(self, session, exitstatus) -> None:
-        """Keep every record that came back, cancel the rest (-x, Ctrl-C, or items that never ran)."""
+    def finish(self) -> None:
+        """Keep every record that came back, cancel the rest (-x, Ctrl-C, or units that never ran)."""
         if self.runner is None:
             return
         for key, record, amend in self.runner.finished():
             if amend is not None:
                 amend(record)
-            record.session = self.clh.session_id
-            self.clh.store.put(record)
-            self.clh.harness.run_finished(record)
+            self.session.keep(record)
         self.runner.cancel_all()
 
-    def pytest_unconfigure(self, config) -> None:
-        if self.hooked:
-            _search_class().fan_out = None
+    def close(self) -> None:
         if self.connected and ray.is_initialized():
             ray.shutdown()

@@ -303,7 +303,7 @@ def _check_scenario_table(path, where, table):
     if table.get("first_task_train") is not None:
         _check_first_task(path, where, table["first_task_train"])
     if table.get("select_hparams") is not None:
-        from .hparam_selection import check_option   # lazy: it needs torch
+        from .select_hparams_key import check_option
         try:
             check_option(table["select_hparams"], table.get("kind", "split"), table.get("setting", "class-incremental"),
                          table.get("validation", 0.0), table.get("tasks"))

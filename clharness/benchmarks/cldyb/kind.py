@@ -25,9 +25,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
 
-from ...pytest_plugin import CaseItem, make_item
 from ...engine.suites import ScenarioSpec
 from .summary import SEARCH_METHOD, USE_CASES, _final_aa, summary_rows  # noqa: F401  (shared with report_html)
 
@@ -186,8 +184,10 @@ class Job:
 
 
 def run_search(suite_name: str, spec: ScenarioSpec, job: Job, hparams: dict, harness, seed: int, device,
-               data_root=None, download=False) -> dict:
-    """One search: build the pool and the live methods, run the steps, return the sequence dict."""
+               data_root=None, download=False, remote=None) -> dict:
+    """One search: build the pool and the live methods, run the steps, return the sequence dict.
+    ``remote``: an executor with ``map_method`` (Ray): the look-ahead values every candidate as its
+    own task (``remote_fan_out``); the same arithmetic per candidate, so the same sequence."""
     from ...method import Setting
     from ...engine.runner import Case, make_context, seed_everything, versions
     from .search import Search
@@ -212,6 +212,8 @@ def run_search(suite_name: str, spec: ScenarioSpec, job: Job, hparams: dict, har
         return [c for e in growth if e["step"] == step for c in add_entry(pool, e, harness.datasets, data_root, download)]
 
     search = Search(pool, methods, cfg, seed, device, grow)
+    if remote is not None:
+        search.fan_out = remote_fan_out(remote)
     steps, t0 = [], time.perf_counter()
     for log in search.run():
         steps.append(dataclasses.asdict(log))
@@ -230,52 +232,65 @@ def step_timings(sequence: dict) -> dict[str, float]:
     return {p: float(np.mean([s["timings"].get(p, 0.0) for s in searched])) for p in phases}
 
 
-# ---------------------------------------------------------------------------------- pytest items
-def collect(node, suite, spec: ScenarioSpec, methods: list[str], seeds: int):
-    from ...pytest_plugin import _run_clh_case, session_key
-    from ...engine.runner import Case, case_key, resolve_hparams, versions
-    from .search import SEARCH_VERSION
+def remote_fan_out(remote):
+    """``Search.fan_out`` on a remote executor: the state F^{t-1} (methods, pool, diagonals) is shipped
+    once per step, without the closures over the harness; every candidate is valued by its own task
+    and the values come back in candidate order, so eq. 7 picks exactly what the serial search picks."""
+    def fan_out(search, tasks):
+        import copy
+        light = copy.copy(search)
+        light.grow, light._val_cache, light.fan_out = None, {}, None
+        out = remote.map_method(light, "value_candidate", [(tasks, names) for names in tasks])
+        return [v for v, _ in out], [r for _, r in out]
+    return fan_out
+
+
+# ---------------------------------------------------------------------------------- units
+def collect(session, suite, spec: ScenarioSpec, methods: list[str], seeds: int) -> list:
     from ...results import run_key
+    from ...engine.runner import Case, resolve_hparams, versions
     from ...engine.suites import SuiteError
-    clh = node.config.stash[session_key]
+    from ...engine.units import Unit, case_unit
+    from .search import SEARCH_VERSION
+    harness = session.harness
     o = spec.options
     searchers = list(o["search_methods"]) or list(methods)
     hparams = {}
     for m in dict.fromkeys([*methods, *searchers]):
         try:
-            hparams[m] = resolve_hparams(clh.harness.methods[m], suite.hparams.get(m, {}))
+            hparams[m] = resolve_hparams(harness.methods[m], suite.hparams.get(m, {}))
         except ValueError as exc:
-            raise SuiteError(f"{node.path}: [hparams.{m}]: {exc}") from None
+            raise SuiteError(f"{suite.path}: [hparams.{m}]: {exc}") from None
 
-    def case_item(name, case, search_key=None, search_name=None):
-        item = make_item(ReplayItem if search_key else CaseItem, node, name,
-                         _run_replay if search_key else _run_clh_case)
-        item.case, item.case_key = case, case_key(case, clh.harness.methods[case.method])
-        item.search_key, item.search_name = search_key, search_name
-        return item
+    def case_units(name, case, search_key=None, search_name=None) -> list:
+        """The case's unit (a replay waits for its search); with ``select_hparams``, its selection
+        runs on the sequence's first tasks before it, and it runs with their choice."""
+        method_cls = harness.methods[case.method]
 
-    def case_items(name, case, search_key=None, search_name=None):
-        """``case_item``; with ``select_hparams``, its selection runs on the sequence's first tasks
-        before it, and it runs with their choice (clharness.engine.hparam_selection)."""
+        def plain():
+            if search_key is None:
+                return case_unit(suite, name, case, method_cls)
+            return case_unit(suite, name, case, method_cls, run=_run_replay, after=search_key,
+                             data={"search_name": search_name})
         if spec.select_hparams is None:
-            return [case_item(name, case, search_key, search_name)]
-        from ...engine.hparam_selection import items
-        return list(items(node, suite, case, name, clh.harness.methods[case.method], after=search_key,
-                          make_plain=lambda: case_item(name, case, search_key, search_name)))
+            return [plain()]
+        from ...engine.hparam_selection import units
+        return units(session, suite, case, name, method_cls, after=search_key, make_plain=plain)
 
     if o["sequence"]:   # a saved sequence: a static scenario for any method
         path = Path(o["sequence"])
-        if not path.is_absolute():   # a relative path names a file beside the suite file, wherever pytest runs
+        if not path.is_absolute():   # a relative path names a file beside the suite file, wherever it runs
             from ...engine.suites import with_overrides
             spec = with_overrides(spec, options={**o, "sequence": str(Path(suite.path).resolve().parent / path)})
+        out = []
         for m in methods:
             for seed in range(seeds):
-                yield from case_items(f"{spec.name}[{m}-seed{seed}]", Case(suite.name, spec, m, seed, hparams[m]))
-        return
+                out += case_units(f"{spec.name}[{m}-seed{seed}]", Case(suite.name, spec, m, seed, hparams[m]))
+        return out
 
     root = Path(o["sequence_dir"])
-    root = root if root.is_absolute() else Path.cwd() / root   # like --clh-results: relative to the invocation
-    evals = []
+    root = root if root.is_absolute() else Path.cwd() / root   # like the results store: relative to the invocation
+    searches, evals = [], []
     for seed in range(seeds):
         jobs = []
         for use_case in o["use_cases"]:
@@ -288,19 +303,20 @@ def collect(node, suite, spec: ScenarioSpec, methods: list[str], seeds: int):
         for job in jobs:
             definition = {"kind": "cldyb-search", "suite": suite.name, "scenario": _search_spec(spec),
                           "job": job.label, "seed": seed, "versions": versions(), "search_version": SEARCH_VERSION,
-                          "methods": [(m, clh.harness.methods[m].version, hparams[m]) for m in job.searchers]}
+                          "methods": [(m, harness.methods[m].version, hparams[m]) for m in job.searchers]}
             key = run_key(definition)
             path = root / f"{suite.name}-{spec.name}-{job.label}-seed{seed}.json"
-            item = make_item(SearchItem, node, f"{spec.name}[search-{job.label}-seed{seed}]", _run_search)
-            item.case_key, item.suite_name, item.spec, item.job, item.seed = key, suite.name, spec, job, seed
-            item.sequence_path, item.hparams = path, hparams
-            yield item
+            name = f"{spec.name}[search-{job.label}-seed{seed}]"
+            searches.append(Unit(name, _run_search, suite=suite.name, path=suite.path, key=key, role="search",
+                                 label=f"{suite.name}::{name} (CLDyB search with {job.searchers or 'no methods'})",
+                                 data={"spec": spec, "job": job, "seed": seed, "sequence_path": path,
+                                       "hparams": hparams}))
             replay_spec = dataclasses.replace(spec, name=f"{spec.name}/{job.use_case}",
                                               options={**o, "pool": [], "sequence": str(path), "search_key": key})
             for m in job.evaluated:
-                evals.extend(case_items(f"{spec.name}/{job.use_case}[{m}-seed{seed}]",
-                                        Case(suite.name, replay_spec, m, seed, hparams[m]), key, item.name))
-    yield from evals
+                evals += case_units(f"{spec.name}/{job.use_case}[{m}-seed{seed}]",
+                                    Case(suite.name, replay_spec, m, seed, hparams[m]), key, name)
+    return searches + evals   # the searches first, then every replay
 
 
 def _search_spec(spec: ScenarioSpec) -> dict:
@@ -310,66 +326,49 @@ def _search_spec(spec: ScenarioSpec) -> dict:
             if k != "select_hparams" and not (k == "normalize" and v == "dataset")}
 
 
-class SearchItem(pytest.Function):
-    case_key: str
-
-    def reportinfo(self):
-        return self.path, 0, f"{self.suite_name}::{self.name} (CLDyB search with {self.job.searchers or 'no methods'})"
-
-
-class ReplayItem(CaseItem):
-    search_key: str
-    search_name: str
-
-
-def _run_search(request) -> None:
-    from ...pytest_plugin import session_key
-    from ...results import RunRecord
+def _run_search(session, unit) -> None:
+    from ...engine.outcomes import Failed
     from ...engine.runner import versions
+    from ...results import RunRecord
     from . import sequence as seqmod
-    item: SearchItem = request.node
-    clh = request.config.stash[session_key]
-    config = request.config
-    if not config.getoption("clh_fresh"):
-        record = clh.store.reusable(item.case_key)
-        if record is not None and record.status == "passed" and item.sequence_path.exists():
+    d = unit.data
+    spec, job, seed, path = d["spec"], d["job"], d["seed"], d["sequence_path"]
+    if not session.options.fresh:
+        record = session.store.reusable(unit.key)
+        if record is not None and record.status == "passed" and path.exists():
             try:
-                if seqmod.load(item.sequence_path).get("search_key") == item.case_key:
+                if seqmod.load(path).get("search_key") == unit.key:
                     return
             except seqmod.SequenceError:
                 pass
-    record = RunRecord(suite=item.suite_name, scenario=f"{item.spec.name}/{item.job.label}", method=SEARCH_METHOD,
-                       seed=item.seed, setting=item.spec.setting, device=str(clh.device), versions=dict(versions()),
-                       key=item.case_key, started_at=time.time(), session=clh.session_id)
-    root = config.getoption("clh_data_root")
+    record = RunRecord(suite=unit.suite, scenario=f"{spec.name}/{job.label}", method=SEARCH_METHOD,
+                       seed=seed, setting=spec.setting, device=str(session.device), versions=dict(versions()),
+                       key=unit.key, started_at=time.time(), session=session.session_id)
+    root = session.options.data_root
     try:
-        seq = run_search(item.suite_name, item.spec, item.job, item.hparams, clh.harness, item.seed, clh.device,
-                         Path(root) if root else None, config.getoption("clh_download"))
-        seq["search_key"] = item.case_key
-        seqmod.save(item.sequence_path, seq)
-        record.status, record.message = "passed", str(item.sequence_path)
+        seq = run_search(unit.suite, spec, job, d["hparams"], session.harness, seed, session.device,
+                         Path(root) if root else None, session.options.download, remote=session.remote)
+        seq["search_key"] = unit.key
+        seqmod.save(path, seq)
+        record.status, record.message = "passed", str(path)
         record.class_order = [c for s in seq["steps"] for c in s["classes"]]
         record.metrics = {f"{k}_seconds": v for k, v in step_timings(seq).items()}
         record.train_seconds = seq["search_seconds"]
     except Exception as exc:
         record.status, record.message = "error", f"{type(exc).__name__}: {exc}"
     record.finished_at = time.time()
-    clh.store.put(record)
+    session.store.put(record)
     if record.status != "passed":
-        pytest.fail(f"CLDyB search {item.name} failed: {record.message}", pytrace=False)
+        raise Failed(f"CLDyB search {unit.name} failed: {record.message}")
 
 
-def _run_replay(request) -> None:
-    from ...pytest_plugin import _run_clh_case, session_key
-    item: ReplayItem = request.node
-    clh = request.config.stash[session_key]
-    if any(isinstance(i, SearchItem) and i.case_key == item.search_key for i in request.session.items):
-        clh.selected.add(item.search_key)   # its search runs in this session (maybe on another xdist worker)
-    records, missing = clh.wait_for([item.search_key])
+def _run_replay(session, unit) -> None:
+    from ...engine.outcomes import Failed
+    records, missing = session.wait_for([unit.after])
     if missing or records[0].status != "passed":
         why = records[0].message if records else "no record (not run in this session and not in the results store)"
-        pytest.fail(f"{item.name}: its search {item.search_name} did not produce a sequence: {why}", pytrace=False)
-    _run_clh_case(request)
+        raise Failed(f"{unit.name}: its search {unit.data['search_name']} did not produce a sequence: {why}")
+    session.run_stored(unit, unit.case, unit.amend)
 
 
 # ---------------------------------------------------------------------------------- summary

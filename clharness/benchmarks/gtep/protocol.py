@@ -408,25 +408,24 @@ def method_spaces(harness, methods: Iterable[str], options=None) -> dict[str, Me
     return out
 
 
-# ----------------------------------------------------------------------------- pytest items
-def collect(node, suite, spec, methods, seeds):
-    """The kind's items: per method, R x S tuning items, then S evaluation items. Every search
-    space is checked here, before any training; a bad one fails the suite's collection. With
-    ``--clh-preset gtep:<name>`` also S items ``[<method>-paper-eval-t<s>]`` per method the preset
-    holds: the paper's own configuration (appendix A, paper_configs.py) on D^E, recorded as
+# ----------------------------------------------------------------------------- units
+def collect(session, suite, spec, methods, seeds) -> list:
+    """The kind's units: per method, R x S tuning runs, then S evaluation units. Every search
+    space is checked here, before any training; a bad one fails the suite's expansion. With the
+    preset ``gtep:<name>`` (``--clh-preset``) also S units ``[<method>-paper-eval-t<s>]`` per method the
+    preset holds: the paper's own configuration (appendix A, paper_configs.py) on D^E, recorded as
     ``<scenario>:eval@paper-<name>`` (a row of its own in the GTEP table, beside the tuned H*).
     Parameters the preset names that the method does not take are not applied (``unmapped`` in
     paper_configs.json lists the paper's keys with no counterpart here)."""
-    from ...pytest_plugin import CaseItem, make_item, session_key
-    from ...engine.runner import case_key
     from ...engine.suites import SuiteError
-    clh = node.config.stash[session_key]
+    from ...engine.units import Unit, case_unit
     o = spec.options
     R, S = o["configurations"], o["trials"]
     tuning = tuning_id(spec)
-    presets = session_presets(node.config)
+    presets = session_presets(session.options.presets)
+    units = []
     for method in methods:
-        method_cls = clh.harness.methods[method]
+        method_cls = session.harness.methods[method]
         try:
             space = method_space(method_cls, o)
             base = suite.hparams.get(method, {})
@@ -434,21 +433,19 @@ def collect(node, suite, spec, methods, seeds):
             cases = [[make_case(suite, spec, method_cls, base, space, configs[k], "tune", s, k, tuning)
                       for s in range(S)] for k in range(R)]
         except HParamError as exc:
-            raise SuiteError(f"{node.path}: scenario {spec.name!r}: {exc}") from None
+            raise SuiteError(f"{suite.path}: scenario {spec.name!r}: {exc}") from None
         tune_keys = {}
         for k in range(R):
             for s in range(S):
-                item = make_item(CaseItem, node, f"{spec.name}[{method}-tune-c{k}-t{s}]", _run_tune)
-                item.case, item.case_key = cases[k][s], case_key(cases[k][s], method_cls)
-                item.amend = phase_amend(cases[k][s])   # also for records kept by a remote runner at session end
-                item.gtep_tune = True
-                tune_keys.setdefault(k, []).append(item.case_key)
-                yield item
+                unit = case_unit(suite, f"{spec.name}[{method}-tune-c{k}-t{s}]", cases[k][s], method_cls,
+                                 run=_run_tune, amend=phase_amend(cases[k][s]), shared=True)
+                tune_keys.setdefault(k, []).append(unit.key)
+                units.append(unit)
         for s in range(S):
-            item = make_item(EvalItem, node, f"{spec.name}[{method}-eval-t{s}]", _run_eval)
-            item.suite, item.spec, item.method, item.trial = suite, spec, method, s
-            item.space, item.configs, item.tune_keys, item.tuning = space, configs, tune_keys, tuning
-            yield item
+            units.append(Unit(f"{spec.name}[{method}-eval-t{s}]", _run_eval, suite=suite.name, path=suite.path,
+                              role="eval", data={"suite": suite, "spec": spec, "method": method, "trial": s,
+                                                 "space": space, "configs": configs, "tune_keys": tune_keys,
+                                                 "tuning": tuning}))
         for name, table in presets:
             if method not in table:
                 continue
@@ -456,21 +453,20 @@ def collect(node, suite, spec, methods, seeds):
                 paper = [make_case(suite, spec, method_cls, base, space, table[method], "eval", s,
                                    tuning=f"{PAPER}{name}") for s in range(S)]
             except HParamError as exc:
-                raise SuiteError(f"{node.path}: scenario {spec.name!r}: --clh-preset gtep:{name}: {exc}") from None
+                raise SuiteError(f"{suite.path}: scenario {spec.name!r}: --clh-preset gtep:{name}: {exc}") from None
             for s in range(S):   # the paper's H* on D^E (Alg. 3 with the appendix's configuration)
-                item = make_item(CaseItem, node, f"{spec.name}[{method}-paper-eval-t{s}]", _run_paper)
-                item.case, item.case_key = paper[s], case_key(paper[s], method_cls)
-                item.amend = phase_amend(paper[s])
-                yield item
+                units.append(case_unit(suite, f"{spec.name}[{method}-paper-eval-t{s}]", paper[s], method_cls,
+                                       amend=phase_amend(paper[s])))
+    return units
 
 
-def session_presets(config) -> list[tuple[str, dict]]:
-    """``--clh-preset gtep:<name>`` -> [(name, {our method: the paper's configuration})]; other
+def session_presets(presets) -> list[tuple[str, dict]]:
+    """The presets ``gtep:<name>`` -> [(name, {our method: the paper's configuration})]; other
     families' presets are theirs to read."""
     from ...engine.suites import SuiteError
     from .paper_configs import PresetError, preset
     out = []
-    for text in config.getoption("clh_preset", None) or []:
+    for text in presets or []:
         family, _, name = text.partition(":")
         if family != "gtep":
             continue
@@ -481,90 +477,45 @@ def session_presets(config) -> list[tuple[str, dict]]:
     return out
 
 
-def _run_paper(request) -> None:
-    _run_phase_case(request, request.node.case)
-
-
-def _eval_item_class():
-    import pytest
-
-    class EvalItem(pytest.Function):
-        """Alg. 3 for one trial: waits for the method's tuning records, selects H*, runs it on D^E."""
-
-        def reportinfo(self):
-            return self.path, 0, f"{self.suite.name}::{self.spec.name}[{self.method}-eval-t{self.trial}]"
-    return EvalItem
-
-
-EvalItem = _eval_item_class()
-
-
-def _run_eval(request) -> None:
-    import pytest
-
-    from ...pytest_plugin import session_key
-    item = request.node
-    clh = request.config.stash[session_key]
-    keys = [key for ks in item.tune_keys.values() for key in ks]
-    records, missing = clh.wait_for(keys)
+def _run_eval(session, unit) -> None:
+    """Alg. 3 for one trial: waits for the method's tuning records, selects H*, runs it on D^E."""
+    from ...engine.outcomes import Failed
+    d = unit.data
+    keys = [key for ks in d["tune_keys"].values() for key in ks]
+    records, missing = session.wait_for(keys)
     by_key = {r.key: r for r in records}
     if missing:
-        pytest.fail(f"GTEP {item.method}: {len(missing)} of {len(keys)} tuning runs have no record (not run in this "
-                    f"session and not in {request.config.getoption('clh_results')}); run the "
-                    f"'{item.method}-tune' items first", pytrace=False)
-    best, scores = select_best({k: [by_key[key] for key in ks] for k, ks in item.tune_keys.items()},
-                               item.spec.options.get("selection", DEFAULT_SELECTION))
+        raise Failed(f"GTEP {d['method']}: {len(missing)} of {len(keys)} tuning runs have no record (not run in this "
+                     f"session and not in {session.options.results}); run the '{d['method']}-tune' items first")
+    best, scores = select_best({k: [by_key[key] for key in ks] for k, ks in d["tune_keys"].items()},
+                               d["spec"].options.get("selection", DEFAULT_SELECTION))
     if best is None:
-        pytest.fail(f"GTEP {item.method}: every configuration diverged or failed in a tuning trial; no H* "
-                    f"(reported as NaN, as the paper reports BEEF)", pytrace=False)
-    method_cls = clh.harness.methods[item.method]
-    case = make_case(item.suite, item.spec, method_cls, item.suite.hparams.get(item.method, {}), item.space,
-                     item.configs[best], "eval", item.trial, tuning=item.tuning)
-    _run_phase_case(request, case)
+        raise Failed(f"GTEP {d['method']}: every configuration diverged or failed in a tuning trial; no H* "
+                     f"(reported as NaN, as the paper reports BEEF)")
+    method_cls = session.harness.methods[d["method"]]
+    case = make_case(d["suite"], d["spec"], method_cls, d["suite"].hparams.get(d["method"], {}), d["space"],
+                     d["configs"][best], "eval", d["trial"], tuning=d["tuning"])
+    session.run_stored(unit, case, phase_amend(case))
 
 
-def _run_tune(request) -> None:
-    """A tuning run. Scenarios that share a D^HT yield the same tuning cases (so each one's items
-    can be selected alone, by -k or --lf); of the selected items with one key only the first in
-    collection order trains it, the others wait for its record (under pytest-xdist too: every
-    worker collects the same items in the same order) and report it as shared."""
-    import pytest
-
-    from ...pytest_plugin import session_key
-    item = request.node
-    owner = _tune_owners(request.session).get(item.case_key)
-    if owner is None or owner == item.nodeid:
-        _run_phase_case(request, item.case, divergence_expected=True)
+def _run_tune(session, unit) -> None:
+    """A tuning run. Scenarios that share a D^HT yield the same tuning cases (so each one's units
+    can be selected alone, by -k or --lf); of the scheduled units with one key only the first in
+    order trains it, the others wait for its record (under pytest-xdist too: every worker
+    collects the same items in the same order) and report it as shared. A diverged tuning trial is
+    counted as NaN in selection (as the paper counts BEEF's), an expected outcome of random search."""
+    from ...engine.outcomes import SHARED_WITH, ExpectedFailure, Failed
+    owner = session.owner(unit.key)
+    if owner is None or owner is unit:
+        session.run_stored(unit, unit.case, unit.amend, divergence_expected=True)
         return
-    clh = request.config.stash[session_key]
-    records, missing = clh.wait_for([item.case_key])
+    records, missing = session.wait_for([unit.key])
     if missing:
-        pytest.fail(f"GTEP shared tuning run {item.case.scenario.name} (trial {item.case.seed}) has no record: "
-                    f"{owner}, which trains it, did not finish", pytrace=False)
-    item.user_properties.append(("clh_shared_with", owner))
+        raise Failed(f"GTEP shared tuning run {unit.case.scenario.name} (trial {unit.case.seed}) has no record: "
+                     f"{owner.title}, which trains it, did not finish")
+    unit.properties.append((SHARED_WITH, owner.title))
     if records[0].status != "passed":
-        pytest.xfail(f"shared tuning run {owner}: {records[0].status} (counted in selection as NaN)")
-
-
-def _tune_owners(session) -> dict[str, str]:
-    """Tuning record key -> node id of the first selected item that runs it (computed once)."""
-    owners = getattr(session, "_clh_gtep_tune_owners", None)
-    if owners is None or owners[0] != len(session.items):
-        table: dict[str, str] = {}
-        for it in session.items:
-            if getattr(it, "gtep_tune", False):
-                table.setdefault(it.case_key, it.nodeid)
-        owners = (len(session.items), table)
-        session._clh_gtep_tune_owners = owners
-    return owners[1]
-
-
-def _run_phase_case(request, case, divergence_expected: bool = False) -> None:
-    """Through the results store like plain cases; the record's hparams also show the budgets the
-    configuration set. A diverged tuning trial is counted as NaN in selection (as the paper counts
-    BEEF's), an expected outcome of random search, not a failure of the session."""
-    from ...pytest_plugin import run_stored_case
-    run_stored_case(request, case, phase_amend(case), divergence_expected)
+        raise ExpectedFailure(f"shared tuning run {owner.title}: {records[0].status} (counted in selection as NaN)")
 
 
 def phase_amend(case):

@@ -1,0 +1,191 @@
+"""A session: the harness, the device, the results store, and running one case through the store.
+
+Shared by every front end: the pytest plugin builds one per pytest session (and per xdist worker,
+all with the controller's session id), ``clharness.run`` one per call. Nothing here knows pytest:
+outcomes are raised as ``engine.outcomes`` exceptions, and what a unit leaves behind goes to its
+``properties`` list, which a front end reads.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..results import REUSABLE, RunRecord
+from . import outcomes
+
+
+class ClhWarning(UserWarning):
+    """Something a suite asked for that this session does not do."""
+
+
+def note(message: str) -> None:
+    warnings.warn(ClhWarning(message), stacklevel=3)
+
+
+@dataclass
+class Options:
+    """What a session is asked to do: the pytest options ``--clh-*`` and ``clharness.run``'s arguments."""
+    results: str | Path = ".clharness/results.sqlite"
+    fresh: bool = False
+    quick: bool = False
+    seeds: int | None = None                 # None: the suite's (or a family preset's)
+    methods: tuple[str, ...] = ()            # () : the suite's methods
+    device: str = "auto"
+    data_root: str | None = None
+    download: bool = False
+    presets: tuple[str, ...] = ()            # --clh-preset FAMILY:NAME
+    plugins: tuple[str, ...] = ()            # --clh-plugin MODULE
+    gate_timeout: float = 3600.0
+    compare: str | None = None               # a saved scorecard JSON to gate against
+    max_drops: dict[str, float] = field(default_factory=dict)
+
+
+class Session:
+    """One session's state; ``run_stored`` is the one place a case's record is reused or made."""
+
+    def __init__(self, options: Options, harness=None, session_id: str | None = None,
+                 warn: Callable[[str], None] = note):
+        self.options = options
+        self._harness = harness
+        self._device = None
+        self._store = None
+        self._baseline = None
+        self.warn = warn
+        self.session_id = session_id or uuid.uuid4().hex
+        self.remote = None          # an executor with result(key, case) (engine.ray_backend.RayExecutor)
+        self.progress: Callable[[Any], Callable[[int, int], None] | None] | None = None   # unit -> on_task
+        self.resources: dict[tuple[str, str], dict] = {}   # (suite, scenario) -> cpus/gpus_per_run
+        self.units: list = []       # the units this session runs, in order (after -k, --lf)
+        self.selected: set[str] = set()   # their record keys: waited for, never read stale
+
+    # --- what the session holds ---
+    @property
+    def harness(self):
+        if self._harness is None:
+            from ..plugins import Harness
+            self._harness = Harness(plugins=tuple(self.options.plugins))
+        return self._harness
+
+    @property
+    def device(self):
+        if self._device is None:
+            from .runner import pick_device
+            self._device = pick_device(self.options.device)
+        return self._device
+
+    @property
+    def store(self):
+        if self._store is None:
+            from ..results import ResultsStore
+            self._store = ResultsStore(self.options.results, on_unreadable=self.warn)
+        return self._store
+
+    @property
+    def baseline(self) -> dict:
+        """``compare``: (suite, scenario, method) -> the saved scorecard's summary row."""
+        if self._baseline is None:
+            self._baseline = {}
+            if self.options.compare:
+                import json
+                path = self.options.compare
+                try:
+                    rows = json.loads(Path(path).read_text())["summary"]
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    raise ValueError(f"--clh-compare {path}: not a clharness scorecard JSON ({exc}); "
+                                     "write one with --clh-scorecard FILE.json") from None
+                self._baseline = {(r["suite"], r["scenario"], r["method"]): r for r in rows}
+        return self._baseline
+
+    def schedule(self, units: list) -> None:
+        """The units this session runs, in order: their keys are awaited, never read stale."""
+        self.units = list(units)
+        self.selected = {u.key for u in self.units if u.key}
+        self._owners = None
+
+    def owner(self, key: str):
+        """The first scheduled unit that shares ``key`` (GTEP tuning and selection runs that several
+        scenarios hold): it trains the run, the others wait for its record."""
+        if getattr(self, "_owners", None) is None:
+            self._owners = {}
+            for unit in self.units:
+                if unit.shared and unit.key:
+                    self._owners.setdefault(unit.key, unit)
+        return self._owners.get(key)
+
+    def close(self) -> None:
+        """Close the store (checkpointing its WAL): the .sqlite file alone then holds every record."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    # --- running ---
+    def execute(self, unit) -> None:
+        """Run one unit; its ``properties`` say what it left behind. Raises ``outcomes.Outcome``."""
+        unit.properties = []
+        unit.run(self, unit)
+
+    def run_stored(self, unit, case, amend=None, divergence_expected: bool = False) -> RunRecord:
+        """Run ``case`` through the results store (a stored record with the same content hash is
+        reused) and raise its status as an outcome. ``amend(record)`` edits a fresh record before it
+        is stored. ``divergence_expected``: a diverged run is an outcome the protocol counts."""
+        from .runner import case_key, run_case
+        key = case_key(case, self.harness.methods[case.method])
+        record = None if self.options.fresh else self.store.reusable(key)
+        if record is not None:
+            unit.properties.append((outcomes.REUSED, record.key))
+        else:
+            if self.remote is not None:   # a remote executor (Ray): the case's task, maybe submitted already
+                record = self.remote.result(key, case)
+            else:
+                root = self.options.data_root
+                record = run_case(case, self.harness, self.device, Path(root) if root else None,
+                                  self.options.download, on_task=self.progress(unit) if self.progress else None)
+            if amend is not None:
+                amend(record)
+            self.keep(record)
+        unit.properties.append((outcomes.RECORD, record.to_json()))
+        if record.status == "not-applicable":
+            raise outcomes.Skipped(record.message)
+        if record.status == "diverged" and divergence_expected:
+            raise outcomes.ExpectedFailure(f"[diverged] {record.case_id}: {record.message}")
+        if record.status != "passed":
+            raise outcomes.Failed(f"[{record.status}] {record.case_id}: {record.message}")
+        return record
+
+    def keep(self, record: RunRecord) -> None:
+        """Store a fresh record (one transaction: a crash later loses nothing) and tell the loggers."""
+        record.session = self.session_id
+        self.store.put(record)
+        self.harness.run_finished(record)
+
+    def wait_for(self, keys: list[str]) -> tuple[list[RunRecord], list[str]]:
+        """Records of ``keys``: runs this session schedules are awaited (other xdist workers may still
+        be running them); others come from the store as they are. Returns (records, missing keys)."""
+        deadline = time.monotonic() + self.options.gate_timeout
+        found, pending = {}, set(keys)
+        while True:
+            for key in sorted(pending):
+                record = self.store.get(key)
+                if record is None and key in self.selected:
+                    continue
+                if record is not None and key in self.selected and record.session != self.session_id \
+                        and (self.options.fresh or record.status not in REUSABLE):
+                    continue   # an older record; this session's run is still to come
+                pending.discard(key)
+                if record is not None:
+                    found[key] = record
+            if not pending or time.monotonic() > deadline:
+                return list(found.values()), sorted(pending | (set(keys) - set(found)))
+            time.sleep(0.2)
+
+    def await_passed(self, key: str, what: str) -> RunRecord:
+        """The record of ``key`` (a CLDyB search, say), waited for; a failure when it did not pass."""
+        records, missing = self.wait_for([key])
+        if missing or records[0].status != "passed":
+            why = records[0].message if records else "no record (not run in this session, not in the results store)"
+            raise outcomes.Failed(f"{what}: the run it depends on ({key}) did not pass: {why}")
+        return records[0]

@@ -1,0 +1,149 @@
+"""The layers of issue 26, read from the source (ast; imports inside functions count too):
+
+    front ends (pytest_plugin, pytest_progress, cli, scaffold)
+      -> engine/ (cases and sessions)      -> reporting/ (reads records)
+      -> toolkit/, data/ (what methods and scenarios are built with)
+      -> the contract (method, hookspecs, registry, plugins, kinds, metrics, hparams, results)
+
+No import circle anywhere in the package; engine/, toolkit/ and reporting/ never import pytest, a
+front end or a benchmark family; reporting never imports the engine; toolkit imports only the
+contract (and toolkit itself); nothing outside benchmarks/ imports a family.
+"""
+import ast
+from pathlib import Path
+
+import clharness
+
+PKG = Path(clharness.__file__).parent
+FRONT_ENDS = {"clharness.pytest_plugin", "clharness.pytest_progress", "clharness.cli", "clharness.scaffold"}
+CONTRACT = {f"clharness.{m}" for m in ("method", "hookspecs", "registry", "plugins", "kinds", "metrics", "hparams",
+                                       "results", "builtin")} | {"clharness"}
+# deprecated aliases of moved toolkit modules (one release): each imports only its new path
+ALIASES = {f"clharness.{m}" for m in ("backbones", "buffers", "training", "feature_cache", "augment",
+                                      "vit_adapters", "vit_prompts")}
+
+
+def module_names() -> dict[str, Path]:
+    out = {}
+    for path in PKG.rglob("*.py"):
+        parts = ("clharness", *path.relative_to(PKG).with_suffix("").parts)
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+MODULES = module_names()
+
+
+def imports(name: str) -> set[str]:
+    """Every module ``name`` imports, at any depth (module level and inside functions): clharness
+    modules by their full name, others by their top-level package (``pytest``, ``torch``)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1])
+                full = f"{base}.{node.module}" if node.module else base
+            else:
+                full = node.module or ""
+            targets = [f"{full}.{a.name}" if f"{full}.{a.name}" in MODULES else full for a in node.names]
+        else:
+            continue
+        for t in targets:
+            if t.startswith("clharness"):
+                while t not in MODULES and "." in t:   # clharness.engine.runner.Case -> the module
+                    t = t.rsplit(".", 1)[0]
+                out.add(t)
+            else:
+                out.add(t.split(".")[0])
+    out.discard(name)
+    return out
+
+
+GRAPH = {m: imports(m) for m in MODULES}
+
+
+def layer(name: str) -> str:
+    if name in FRONT_ENDS:
+        return "front end"
+    if name in ALIASES:
+        return "alias"
+    for sub in ("engine", "toolkit", "reporting", "benchmarks", "data"):
+        if name == f"clharness.{sub}" or name.startswith(f"clharness.{sub}."):
+            return sub
+    return "contract"
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt in graph and nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for m, targets in sorted(graph.items()):
+        lm = layer(m)
+        for t in sorted(targets):
+            lt = layer(t) if t.startswith("clharness") else None
+            if lm in ("engine", "toolkit", "reporting", "data", "contract") and (
+                    t in ("pytest", "_pytest", "xdist") or lt in ("front end", "benchmarks")):
+                bad.append(f"{m} ({lm}) imports {t}")
+            elif lm == "reporting" and lt == "engine":
+                bad.append(f"{m} (reporting) imports the engine: {t}")
+            elif lm == "toolkit" and lt not in (None, "contract", "toolkit"):
+                bad.append(f"{m} (toolkit) imports {t} ({lt}): the toolkit depends on the contract only")
+            elif lm == "contract" and lt in ("engine", "reporting"):
+                bad.append(f"{m} (contract) imports {t} ({lt})")
+            elif lm == "alias" and lt not in (None, "toolkit"):
+                bad.append(f"{m} (alias) imports {t}")
+    return bad
+
+
+def test_no_import_circle_anywhere_lazy_imports_included():
+    found = cycle(GRAPH)
+    assert found is None, f"import circle: {' -> '.join(found)}"
+
+
+def test_every_module_imports_only_downward():
+    assert violations(GRAPH) == []
+
+
+def test_the_checks_catch_what_they_guard_against():
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    planted = {"clharness.engine.runner": {"pytest"},
+               "clharness.reporting.scorecard": {"clharness.engine.runner"},
+               "clharness.toolkit.buffers": {"clharness.engine.session"},
+               "clharness.engine.ray_backend": {"clharness.benchmarks.cldyb.search"},
+               "clharness.engine.plan": {"clharness.pytest_plugin"}}
+    assert len(violations(planted)) == 5
+    # the walk sees imports inside functions, not only at module level
+    assert "clharness.engine.plan" in GRAPH["clharness.engine.api"]
+
+
+def test_a_reader_finds_each_concern_by_folder_name():
+    for module in ("engine.plan", "engine.session", "engine.runner", "engine.suites", "engine.api",
+                   "reporting.scorecard", "reporting.report", "reporting.gates", "toolkit.buffers",
+                   "toolkit.training", "toolkit.backbones", "metrics", "results"):
+        assert f"clharness.{module}" in MODULES, module
+    for gone in ("gtep", "streams", "curriculum_effect", "scenarios", "progress"):
+        assert f"clharness.{gone}" not in MODULES, gone
