@@ -218,6 +218,13 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("dualprompt-config-ignored", "methods/dualprompt.py",
              'self.hp.update(CONFIGS.get(self.hp["config"], {}))', "pass",
              ("tests/test_ptm_methods_fidelity.py::test_dualprompt_ships_each_datasets_reference_config",)),
+    # issue 29 item 5: PGP's prompt space and the code's PCA subspaces
+    Mutation("pgp-no-prompt-space", "methods/pgp.py",
+             "rows = [] if prompts is None else [prompts.reshape(-1, prompts.shape[-1])]", "rows = []",
+             ("tests/test_ptm_methods_fidelity.py::test_pgp_prompt_memory_holds_the_prompt_space_from_the_second_task_on",)),
+    Mutation("pgp-pca-keys-uncentred", "methods/pgp.py",
+             "torch.linalg.svd(R - R.mean(0), full_matrices=False)", "torch.linalg.svd(R, full_matrices=False)",
+             ("tests/test_ptm_methods_fidelity.py::test_pgp_pca_subspace_keeps_the_top_principal_directions_of_the_centred_queries",)),
     Mutation("podnet-nca-drops-the-true-class-slot", "methods/podnet.py",
              "rest = z.scatter(1, y[:, None], 0.0)", "rest = z.scatter(1, y[:, None], NEG)",
              ("tests/test_fidelity_podnet_derpp.py::test_nca_default_is_the_authors_loss_by_hand",)),
