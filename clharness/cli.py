@@ -58,14 +58,23 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--jobs", type=int, default=None, metavar="N",
                      help="processes drawing the HTML report's figures (default: one per CPU)")
 
-    cmp = sub.add_parser("compare", help="two scorecards side by side; exit 1 on a regression",
+    cmp = sub.add_parser("compare", help="two scorecards side by side; exit 1 on a regression or a mismatch",
                          description="A and B are scorecard JSONs (--clh-scorecard x.json) or results stores. "
-                                     "Exit 1 if B is worse than A by more than an allowed drop, 0 if not, "
-                                     "2 on unusable input.")
+                                     "For each --max-drop METRIC=DROP, a row regresses when a one-sided Welch "
+                                     "t-test over the seeds (mean, sd from the stored 95% CI half-width and n) "
+                                     "rejects 'B is worse than A by at most DROP' at level --alpha; a drop beyond "
+                                     "DROP that the seeds do not make significant is a note. Rows with one seed "
+                                     "are judged on the means. A suite, scenario, method or judged metric on one "
+                                     "side only is a mismatch (with a did-you-mean). Exit 1 on a regression or a "
+                                     "mismatch, 0 if none, 2 on unusable input (a --max-drop metric in neither).")
     cmp.add_argument("a", metavar="A", help="the baseline scorecard JSON or results store")
     cmp.add_argument("b", metavar="B", help="the candidate scorecard JSON or results store")
     cmp.add_argument("--max-drop", action="append", default=[], metavar="METRIC=VALUE",
-                     help="allowed drop of a seed mean (repeatable; default: final_acc=0.02)")
+                     help="allowed drop of a metric's seed mean (repeatable; default: final_acc=0.02)")
+    cmp.add_argument("--alpha", type=float, default=0.05, metavar="P",
+                     help="level of the one-sided Welch t-test (default: 0.05)")
+    cmp.add_argument("--means-only", action="store_true",
+                     help="judge the seed means alone, without the spread (the drop itself decides)")
     cmp.add_argument("--format", default="md", choices=["md", "github", "latex"], help="table format")
 
     from .kinds import family_commands
@@ -303,12 +312,13 @@ def compare_scorecards(args: argparse.Namespace) -> int:
     from .results import StoreError
     try:
         drops = parse_drops(args.max_drop)
-        result = compare(load_summary(args.a), load_summary(args.b), drops)
+        result = compare(load_summary(args.a), load_summary(args.b), drops, alpha=args.alpha,
+                         means_only=args.means_only)
     except (ReportError, StoreError, OSError) as exc:
         print(f"clharness compare: {exc}", file=sys.stderr)
         return 2
     print(result.render(FORMATS[args.format]))
-    return 1 if result.regressions else 0
+    return 1 if result.failed else 0
 
 
 def _first_line(text: str | None) -> str:

@@ -275,6 +275,19 @@ MUTATIONS: tuple[Mutation, ...] = (
              'if not (isinstance(own.get(a), str) and own[a].strip())]',
              'if not getattr(cls, a, "")]',
              ("tests/test_methods_doc.py::test_missing_attributes_names_each_method_and_what_it_lacks",)),
+    # compare (issue 27 item 7): the drop is tested with the stored spread; one-sided rows fail
+    Mutation("compare-welch-ignores-the-drop", "clharness/reporting/compare.py",
+             "t = (worse - drop) / math.sqrt(va + vb)", "t = worse / math.sqrt(va + vb)",
+             ("tests/test_trust_compare.py::test_the_p_value_matches_scipy_from_summary_statistics",
+              "tests/test_trust_compare.py::test_a_tight_drop_is_a_regression_with_its_p_value")),
+    Mutation("compare-sd-is-the-ci", "clharness/reporting/compare.py",
+             "return mean, ci * math.sqrt(n) / float(stats.t.ppf((1 + confidence) / 2, n - 1)), n",
+             "return mean, ci, n",
+             ("tests/test_trust_compare.py::test_the_spread_comes_from_a_written_scorecard",
+              "tests/test_trust_compare.py::test_a_noisy_drop_beyond_the_allowance_is_not_significant")),
+    Mutation("compare-mismatch-not-fatal", "clharness/reporting/compare.py",
+             "return bool(self.regressions or self.mismatches)", "return bool(self.regressions)",
+             ("tests/test_trust_compare.py::test_a_row_on_one_side_only_fails",)),
 )
 
 

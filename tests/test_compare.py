@@ -66,16 +66,19 @@ def test_lower_is_better_metrics_regress_upwards(baseline, tmp_path, capsys):
     assert cmp(capsys, path, less, "--max-drop", "forgetting=0.05")[0] == 0
 
 
-def test_unknown_methods_and_metrics_are_reported_not_fatal(baseline, tmp_path, capsys):
+def test_unknown_methods_and_metrics_are_fatal_with_a_did_you_mean(baseline, tmp_path, capsys):
+    """Issue 27 item 7 (deliberate change): a row on one side only is a mismatch (exit 1), a
+    --max-drop metric in neither scorecard is unusable input (exit 2); more in test_trust_compare.py."""
     path, _ = baseline
     card = json.loads(path.read_text())
     card["summary"].append({**card["summary"][0], "method": "ghost"})
     other = tmp_path / "ghost.json"
     other.write_text(json.dumps(card))
-    code, out, _ = cmp(capsys, path, other, "--max-drop", "nosuch=0.1", "--max-drop", "final_acc=0.02")
-    assert code == 0
-    assert "toy::split[ghost] only in B (not compared)" in out
-    assert "metric 'nosuch' is in neither scorecard (not judged)" in out
+    code, out, _ = cmp(capsys, path, other, "--max-drop", "final_acc=0.02")
+    assert code == 1
+    assert "MISMATCH method 'ghost' in toy::split is in B only" in out
+    code, _, err = cmp(capsys, path, other, "--max-drop", "nosuch=0.1", "--max-drop", "final_acc=0.02")
+    assert code == 2 and "max drop metric 'nosuch' is not in the scorecard(s)" in err
 
 
 def test_a_results_store_compares_with_its_own_scorecard(baseline, tmp_path, capsys):
