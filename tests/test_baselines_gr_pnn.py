@@ -68,19 +68,17 @@ def test_generative_replay_replays_generated_old_class_samples_labelled_by_the_p
     x, y = gr.replay(64)
     assert x.shape == (64, 1, 8, 8) and torch.isfinite(x).all()
     assert gr.generator.generate(5).shape == (5, 1, 8, 8)
-    assert set(y.tolist()) <= set(tasks[0])                 # labels of the old classes only
     logits = gr.previous_solver(x)
-    old = torch.tensor(tasks[0])
-    assert torch.equal(y, old[logits[:, old].argmax(1)])    # ... given by the previous solver
+    assert torch.equal(y, logits.argmax(1))                 # given by the previous solver (all outputs, as Avalanche)
     report = gr.memory_report()
     modules = (gr.model, gr.generator, gr.previous_solver, gr.previous_generator)
     assert report.parameters == sum(p.numel() for m in modules for p in m.parameters())
 
 
 def test_generative_replay_beats_finetune_class_incremental(digits):  # noqa: F811
-    """At the quickstart budget (5 epochs) the VAE is undertrained and the previous solver labels
-    most replayed samples as one class; GR still keeps part of the old tasks (about 0.28 against
-    finetune's 0.20; with 30 epochs per task it reaches about 0.8)."""
+    """At the quickstart budget (5 solver epochs; Avalanche's generator schedule, 16 VAE epochs after
+    the solver, generative_replay version 2) GR keeps much of the old tasks: 0.698/0.659/0.619 for
+    seeds 0-2 against finetune's 0.20 (version 1's interleaved, undertrained VAE: about 0.28)."""
     gr = [run("generative_replay", digits, s) for s in SEEDS]
     finetune = [run("finetune", digits, s) for s in SEEDS]
     print("\nclass-IL final accuracy generative_replay", np.round(gr, 3), "finetune", np.round(finetune, 3))
