@@ -214,6 +214,10 @@ SPECS: dict[str, Spec] = {
                 lambda m, o, c: avl.ER_ACE(m, o, CE(), mem_size=MEMORY, batch_size_mem=BATCH, **c)),
     "mir": Spec("mir", {**_sgd(0.05), "candidates": 50},
                 lambda m, o, c: avl.MIR(m, o, CE(), mem_size=MEMORY, subsample=50, batch_size_mem=BATCH, **c)),
+    # our options closest to Avalanche's MIRPlugin: the code's two means, a class-balanced memory
+    "mir-avalanche": Spec("mir", {**_sgd(0.05), "candidates": 50, "replay_loss": "sum", "buffer": "class-balanced"},
+                          lambda m, o, c: avl.MIR(m, o, CE(), mem_size=MEMORY, subsample=50, batch_size_mem=BATCH,
+                                                  **c)),
     "icarl": Spec("icarl", _sgd(0.05), _icarl),
     "derpp": Spec("derpp", {**_sgd(0.05), "alpha": 0.1, "beta": 0.5},
                   lambda m, o, c: avl.DER(m, o, CE(), mem_size=MEMORY, batch_size_mem=BATCH, alpha=0.1, beta=0.5,
@@ -226,7 +230,7 @@ SPECS: dict[str, Spec] = {
                 fresh={"pnn": lambda: PNN(num_layers=2, in_features=64, hidden_features_per_column=100)}),
 }
 # A full run puts the methods other helpers were still fixing last (issue 28).
-ORDER = ["finetune", "joint", "er", "ewc", "lwf", "lwf-avalanche", "gem", "gdumb", "mir", "pnn",
+ORDER = ["finetune", "joint", "er", "ewc", "lwf", "lwf-avalanche", "gem", "gdumb", "mir", "mir-avalanche", "pnn",
          "ace", "cwr", "icarl", "bic", "si", "mas", "derpp", "agem", "generative_replay"]
 
 # Known, explained differences: the verdict names them when the table shows a difference.
@@ -234,9 +238,10 @@ KNOWN = {
     "lwf": "ours (lwf_loss='li-hoiem', default): cross-entropy over the new task's classes + distillation of "
            "all old classes (Li & Hoiem); Avalanche: cross-entropy over all outputs + distillation of the latest "
            "experience's units only (lwf docstring); row lwf-avalanche runs our option that reproduces it",
-    "mir": "ours: one mean over the stream batch and the retrieved samples (paper, Algorithm 1), reservoir memory; "
-           "Avalanche: the replay loss added as a second mean (about twice its weight, as the authors' code), "
-           "class-balanced memory (mir deviations)",
+    "mir": "Avalanche bug: MIRPlugin.after_training_exp drops the classes of the last training minibatch (the "
+           "task just learned) from the replay pool, so that task is never replayed while the next one trains; "
+           "without that exclusion Avalanche's MIR gives 0.902/0.881/0.933 (mlp, 5 epochs, seeds 0-2)",
+    "mir-avalanche": "Avalanche bug, as for mir (the options close nothing: the gap is Avalanche's exclusion)",
     "pnn": "ours: laterals from hidden layers only, none on the raw input (paper eq. 2), see pnn docstring",
     "gdumb": "ours retrains from scratch after every task on the memory (paper); "
              "Avalanche trains its reinitialised model for train_epochs on the memory",
