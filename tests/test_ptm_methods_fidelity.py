@@ -269,3 +269,34 @@ def test_pgp_pca_subspace_keeps_the_top_principal_directions_of_the_centred_quer
     assert V.shape[1] == r <= 5 < exact.key_space.basis.shape[1]
     torch.testing.assert_close(V @ V.T, Vh[:r].T @ Vh[:r], rtol=0, atol=1e-4)
     assert pca.key_space.basis.dtype == torch.float32
+
+
+# --------------------------------------------------------------------------------------------- RanPAC
+def test_ranpac_ssf_first_phase_scales_and_shifts_every_operation_then_freezes(data):
+    """RanPAC/RanPAC args/imagenetr_publish.csv: model ssf, pretrained_vit_b16_224_ssf: phase 1
+    trains SSF's y = γ ⊙ x + β after the ViT's operations (vit_adapters.SSFViT) on task 1, then
+    the projection reads the SSF-tuned ViT's features, h = ReLU(f(x) W)."""
+    from clharness.toolkit.vit_adapters import ScaleShift, SSFViT
+    exps = experiences(data)
+    method = METHODS["ranpac"](context(epochs=1), projection_dim=64, adapter="ssf")
+    vit = vit_of(method.frozen, "ranpac")
+    method.learn(exps[0])
+    model = method.frozen.backbone
+    assert method.adaptation == "ssf" and isinstance(model, SSFViT) and model.vit is vit
+    shifts = [m for m in model.modules() if isinstance(m, ScaleShift)]
+    assert len(shifts) == 2 + 6 * len(vit.blocks)
+    assert all(not m.scale.requires_grad for m in shifts)                 # frozen after the first task
+    assert vit.blocks[0].attn.qkv.weight.requires_grad is False             # the ViT itself never learns
+    moved = sum(float((m.scale - 1).abs().max()) > 0.05 for m in shifts)   # init N(1, 0.02²): trained away
+    assert moved > 0
+    x, _ = next(data[2][1].batches(4, shuffle=False))
+    with torch.no_grad():
+        # the last SSF by hand: the pooled [CLS] of the norm's output, scaled and shifted
+        tokens = model.patch(vit.patch_embed(x))
+        tokens = vit._pos_embed(tokens)
+        for block, ssf in zip(vit.blocks, model.blocks):
+            tokens = tokens + SSFViT._attention(block.attn, ssf["norm1"](block.norm1(tokens)), ssf)
+            h = block.mlp.act(ssf["fc1"](block.mlp.fc1(ssf["norm2"](block.norm2(tokens)))))
+            tokens = tokens + ssf["fc2"](block.mlp.fc2(h))
+        f = (vit.norm(tokens) * model.norm.scale + model.norm.shift)[:, 0]
+        torch.testing.assert_close(method.features(x), F.relu(f @ method.projection), rtol=1e-4, atol=1e-4)
