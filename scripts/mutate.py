@@ -225,6 +225,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("pgp-pca-keys-uncentred", "methods/pgp.py",
              "torch.linalg.svd(R - R.mean(0), full_matrices=False)", "torch.linalg.svd(R, full_matrices=False)",
              ("tests/test_ptm_methods_fidelity.py::test_pgp_pca_subspace_keeps_the_top_principal_directions_of_the_centred_queries",)),
+    # issue 29 item 7: RanPAC's SSF first phase
+    Mutation("ranpac-ssf-phase-is-adapters", "methods/ranpac.py",
+             '        if kind == "ssf":\n', '        if False:\n',
+             ("tests/test_ptm_methods_fidelity.py::test_ranpac_ssf_first_phase_scales_and_shifts_every_operation_then_freezes",)),
     Mutation("podnet-nca-drops-the-true-class-slot", "methods/podnet.py",
              "rest = z.scatter(1, y[:, None], 0.0)", "rest = z.scatter(1, y[:, None], NEG)",
              ("tests/test_fidelity_podnet_derpp.py::test_nca_default_is_the_authors_loss_by_hand",)),
