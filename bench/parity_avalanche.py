@@ -243,8 +243,8 @@ KNOWN = {
            "without that exclusion Avalanche's MIR gives 0.902/0.881/0.933 (mlp, 5 epochs, seeds 0-2)",
     "mir-avalanche": "Avalanche bug, as for mir (the options close nothing: the gap is Avalanche's exclusion)",
     "pnn": "ours: laterals from hidden layers only, none on the raw input (paper eq. 2), see pnn docstring",
-    "gdumb": "ours retrains from scratch after every task on the memory (paper); "
-             "Avalanche trains its reinitialised model for train_epochs on the memory",
+    "gdumb": "both retrain from scratch on the memory after every task; Avalanche restarts from the same initial "
+             "weights each time, ours draws fresh ones per retraining (seeded), and the samplers differ in ties",
     "icarl": "see icarl's declared deviations (docs/methods.md)",
     "bic": "see bic's declared deviations (docs/methods.md)",
 }
