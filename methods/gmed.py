@@ -10,7 +10,15 @@ editing objective, eq. 3, as the authors' code computes it, INK-USC/GMED ``ocl/v
 ``edit_mem_interfere``: ``total_grad = grad_delta - reg_strength * grad_reg`` with
 ``grad_reg = -grad l``, i.e. + beta grad l), with stride
 alpha * (1 - edit_decay)^(times edited); the edited examples are written back to the memory and
-replayed with the incoming minibatch. Memory: reservoir sampling."""
+replayed with the incoming minibatch. The training loss is the reference's (``ocl/ver_approx.py``
+``observe``): the incoming minibatch's mean cross-entropy plus the replayed minibatch's mean
+cross-entropy, a sum of two means (not one mean over the concatenated batch, which halves it).
+Memory: reservoir sampling; each incoming batch (raw views) is offered after its step, in offline
+tasks too (the reference's ``observe``), so replay during a task already holds that task.
+
+Defaults alpha = 0.1 and beta = 0.01: the authors' documented run command (INK-USC/GMED README:
+``stride=0.1 # editing stride (alpha)``, ``reg=0.01 # reg strength (beta)``); the code's fallbacks
+when a config sets none are 10 and 0.1."""
 import torch
 import torch.nn.functional as F
 
@@ -40,10 +48,19 @@ class TrackedClassBalanced(_TracksWrites, ClassBalancedBuffer):
 
 class GMED(ER):
     name = "gmed"
-    version = "2"   # 2: the edit ascends d + beta*loss (the authors' sign), not d - beta*loss
+    version = "3"   # 2: the edit ascends d + beta*loss (the authors' sign), not d - beta*loss;
+    # 3: loss = mean CE(incoming) + mean CE(replayed), alpha default 0.1, memory offered after every
+    # step in offline tasks too (issue 28)
+    paper = ("Jin, Sadhu, Du & Ren, Gradient-based Editing of Memory Examples for Online Task-free "
+             "Continual Learning, NeurIPS 2021")
+    reference = "INK-USC/GMED: ocl/ver_approx.py"
+    deviations = (
+        "the virtual step theta' is a plain SGD step with the method's lr (the reference steps its "
+        "optimizer without updating its state: the same for SGD without momentum)",
+    )
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.ONLINE})
     hparams = {**OPTIMIZER_SPACE, "buffer": clh.Choice(["reservoir", "class-balanced"]),
-               "edit_stride": clh.Float(1e-3, 100.0, default=1.0, log=True),     # alpha
+               "edit_stride": clh.Float(1e-3, 100.0, default=0.1, log=True),     # alpha
                "reg_strength": clh.Float(0.0, 10.0, default=0.01),              # beta
                "edit_decay": clh.Float(0.0, 1.0, default=0.0)}                   # stride decay per edit
 
@@ -65,7 +82,9 @@ class GMED(ER):
         stride = self.hp["edit_stride"] * (1 - self.hp["edit_decay"]) ** ages
         return (mx + stride.to(mx.dtype).view(-1, *[1] * (mx.dim() - 1)) * grad).detach()
 
-    def gmed_loss(self, x, y):
+    def gmed_loss(self, x, y, view=None):
+        if view is not None:          # the suite's augmentation: a training view of the raw incoming batch
+            x = view(x)
         if len(self.buffer):
             idx = torch.randperm(len(self.buffer), generator=self.gen)[:len(y)]
             slots = idx.to(self.buffer.x.device)
@@ -73,13 +92,15 @@ class GMED(ER):
             mx = self.edit(x, y, mx, my, self.edits[idx].to(mx.device))
             self.buffer.x[slots] = mx.to(self.buffer.x.dtype)       # the edits persist in memory
             self.edits[idx] += 1
-            x, y = torch.cat([x, mx]), torch.cat([y, my])
+            # the reference: loss_tmp[:B].mean() + loss_tmp[B:].mean() over one forward of [x; x_m]
+            logits = self.model(torch.cat([x, mx]))
+            return self.cross_entropy(logits[:len(y)], y) + self.cross_entropy(logits[len(y):], my)
         return self.cross_entropy(self.model(x), y)
 
-    def step(self, x, y):
+    def step(self, x, y, view=None):
         self.trainer = getattr(self, "trainer", None) or Trainer.for_method(self)
         self.model.train()
-        self.trainer.step(self.gmed_loss, x, y)
+        self.trainer.step(self.gmed_loss, x, y, view)
 
     def observe(self, batch):
         self.step(batch.x, batch.y)
@@ -88,11 +109,11 @@ class GMED(ER):
 
     def learn(self, experience):
         self.labels.add(experience)
-        for x, y in experience.batches(epochs=self.context.epochs):
-            self.step(x, y)
+        view = experience.augment if experience.augmenting else None
+        for x, y in experience.batches(epochs=self.context.epochs, augment=False):   # raw views
+            self.step(x, y, view)
+            self._store(x, y)   # each incoming batch after its step, as the reference's observe()
         self.trainer.check()
-        for x, y in experience.batches(augment=False):   # the memory keeps raw views
-            self._store(x, y)
 
     def _store(self, x, y):
         """Offer to the memory; slots that receive a new example start unedited."""

@@ -217,3 +217,49 @@ def test_agem_reference_gradient_batch_is_sample_size_rows_of_the_memory(sample_
     stored = torch.cat([x for x, _ in agem.memory.tasks]).flatten(1)
     assert len({tuple(r.tolist()) for r in mx.flatten(1)}) == rows           # without replacement
     assert all((stored == r).all(1).any() for r in mx.flatten(1))            # drawn from the memory
+
+
+# --- GMED (Jin et al. 2021; INK-USC/GMED ocl/ver_approx.py) --------------------------------------------------
+
+def test_gmed_loss_is_the_incoming_mean_plus_the_replayed_mean():
+    torch.manual_seed(0)
+    gmed = METHODS["gmed"](ctx(memory_size=2))
+    mx, my = torch.randn(2, 1, 2, 2), torch.tensor([0, 1])
+    gmed.buffer.add(mx, my)
+    gmed.edit = lambda x, y, mx, my, ages: mx            # no edit: the weighting alone
+    x, y = torch.randn(4, 1, 2, 2), torch.tensor([2, 3, 2, 3])
+    with torch.no_grad():
+        expected = hand_ce(gmed.model(x), y) + hand_ce(gmed.model(mx), my)   # loss_tmp[:B].mean() + [B:].mean()
+        assert gmed.gmed_loss(x, y).item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("stride", [None, 0.5])
+def test_gmed_edit_moves_by_alpha_times_the_editing_gradient(monkeypatch, stride):
+    """With theta' = theta (the virtual step a no-op), d = 0 and the edit is x_m + alpha * beta *
+    grad_x l(x_m); alpha defaults to 0.1 and beta to 0.01, the authors' documented run (README)."""
+    import clharness_methods.gmed as gmed_module
+    monkeypatch.setattr(gmed_module, "virtual_step",
+                        lambda model, loss, lr: {k: p.detach() for k, p in model.named_parameters()})
+    torch.manual_seed(0)
+    gmed = METHODS["gmed"](ctx(memory_size=4), **({} if stride is None else {"edit_stride": stride}))
+    x, y = torch.randn(4, 1, 2, 2), torch.tensor([0, 1, 2, 0])
+    mx, my = torch.randn(3, 1, 2, 2), torch.tensor([1, 2, 0])
+    probe = mx.clone().requires_grad_(True)
+    grad, = torch.autograd.grad(hand_ce(gmed.model(probe), my), probe)
+    alpha = 0.1 if stride is None else stride
+    torch.testing.assert_close(gmed.edit(x, y, mx, my, torch.zeros(3)), mx + alpha * 0.01 * grad)
+
+
+def test_gmed_offline_task_offers_each_batch_to_the_memory_after_its_step():
+    torch.manual_seed(0)
+    gmed = METHODS["gmed"](ctx(memory_size=100))
+    held, edit = [], gmed.edit
+
+    def spy(x, y, mx, my, ages):
+        held.append(gmed.buffer.tensors()[1].tolist())
+        return edit(x, y, mx, my, ages)
+    gmed.edit = spy
+    gmed.learn(experience([0, 1]))                      # 2 steps of 4
+    gmed.learn(experience([2, 3], seed=1))
+    # replay from the second step; task 2's second step already holds task 2's first batch
+    assert held == [[0, 1, 0, 1], [0, 1] * 4, [0, 1] * 4 + [2, 3, 2, 3]]
