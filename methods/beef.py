@@ -2,6 +2,7 @@
 Ye & Zhan, ICLR 2023), the "iso" variant PyCIL ships. Reference implementation read: PyCIL
 ``models/beef_iso.py``, ``utils/inc_net.py`` (``BEEFISONet``, ``BiasLayer``) and ``exps/beef.json``."""
 import copy
+import math
 
 import torch
 import torch.nn.functional as F
@@ -92,7 +93,9 @@ class BEEF(SupervisedMethod):
         "task-incremental runs mask the fusion loss to each sample's task",
         "rehearsal='balanced' option: exemplars in a fixed share of the task's batches",
     )
-    version = "2"      # 2: one shuffled loader over task data + exemplars (PyCIL's optimizer steps)
+    # 2: one shuffled loader over task data + exemplars (PyCIL's optimizer steps); the fusion schedule
+    # counts epochs of the balanced set (it counted the expansion's)
+    version = "2"
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL})
     # PyCIL exps/beef.json: SGD momentum 0.9, lr 0.1, weight decay 5e-4, cosine annealing,
     # energy weight 0.01, logits alignment 1.7; fusion lr 0.05 (beef_iso.py).
@@ -242,8 +245,11 @@ class BEEF(SupervisedMethod):
         self.fit(batches, self.expansion_loss, params=params)
         if old:
             epochs = self.hp["fusion_epochs"] or max(1, round(self.context.epochs * 60 / 170))
-            trainer = phase_trainer(self, self.biases.parameters(), epochs, lr=self.hp["fusion_lr"])
             x, y = self.balanced_set(experience, self.memory.per_class(len(old)))
+            # the fusion schedule (PyCIL: cosine over fusion_epochs) counts epochs of the balanced set
+            rehearsal_steps, self.labels.epoch_steps = self.labels.epoch_steps, math.ceil(len(y) / experience.batch_size)
+            trainer = phase_trainer(self, self.biases.parameters(), epochs, lr=self.hp["fusion_lr"])
+            self.labels.epoch_steps = rehearsal_steps
             augment = getattr(experience, "augment", None)
             batches = tensor_batches(x, y, experience.batch_size, epochs, self.gen, augment)
             self.fit(batches, self.fusion_loss, trainer=trainer)

@@ -350,3 +350,30 @@ def test_wa_head_has_no_bias_by_default():
     assert torch.equal(wa.old_model.head.bias, torch.zeros(4))
     with_bias, _ = wa_before_alignment(head_bias=True)                 # PyCIL's head: a trained bias
     assert with_bias.model.head.bias.requires_grad and with_bias.model.head.bias.abs().sum() > 0
+
+
+def test_beef_fusion_schedule_counts_epochs_of_the_balanced_set(monkeypatch):
+    """PyCIL beef_iso.py: CosineAnnealingLR(T_max=fusion_epochs) stepped once per epoch of the fusion
+    loader. Fusion set: 3 samples per new class + 6 exemplars = 12, B = 4: 3 steps per epoch (the
+    expansion's epoch is 6), so with 2 fusion epochs the lr is fusion_lr for 3 steps, then
+    fusion_lr (1 + cos(pi / 2)) / 2 = fusion_lr / 2 for 3."""
+    import clharness_methods.beef as beef_module
+    trainers = []
+    real = beef_module.phase_trainer
+
+    def spy(*args, **kw):
+        trainers.append(real(*args, **kw))
+        return trainers[-1]
+    monkeypatch.setattr(beef_module, "phase_trainer", spy)
+    torch.manual_seed(0)
+    beef = METHODS["beef"](tiny_context(), fusion_epochs=2, energy_weight=0.0, fusion_lr=0.04)
+    beef.learn(experience((0, 1)))
+    lrs = []
+    fusion_loss = beef.fusion_loss
+
+    def recording(x, y):
+        lrs.append(trainers[-1].optimizer.param_groups[0]["lr"])
+        return fusion_loss(x, y)
+    beef.fusion_loss = recording
+    beef.learn(experience((2, 3), seed=1, per_class=9))       # expansion: ceil((18 + 6) / 4) = 6 steps an epoch
+    assert lrs == pytest.approx([0.04] * 3 + [0.02] * 3)
