@@ -181,7 +181,8 @@ def test_memo_adds_one_specialised_block_per_task_over_frozen_shared_blocks(digi
     shallow, deep = split_backbone(MLP((1, 8, 8)), 0.7, (1, 8, 8))
     block = params(deep)
     counts = []
-    for t, (method, _, _) in enumerate(learn_tasks("memo", digits, n=4, epochs=1)):
+    # the frozen variant (train_shared=False); the default trains them (test_fidelity_exemplars.py)
+    for t, (method, _, _) in enumerate(learn_tasks("memo", digits, n=4, epochs=1, train_shared=False)):
         counts.append(method.memory_report().parameters)
         assert len(method.model.branches) == t + 1
         if t == 0:
