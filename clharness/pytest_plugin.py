@@ -46,6 +46,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--clh-results", default=".clharness/results.sqlite", metavar="PATH",
                     help="SQLite results store: finished runs are reused on a rerun (default: %(default)s)")
     group.addoption("--clh-fresh", action="store_true", help="rerun every case, even those already stored")
+    group.addoption("--clh-reuse-stale", action="store_true",
+                    help="reuse a stored record of the same case even when the code that made it has changed "
+                         "since (each one is listed at the end, with both code digests)")
     group.addoption("--clh-scorecard", default=None, metavar="PATH",
                     help="write the session's scorecard (.md, .json or .csv by suffix)")
     group.addoption("--clh-compare", default=None, metavar="SCORECARD.json",
@@ -71,7 +74,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="GPUs per Ray task, fractional allowed: 0.25 packs four runs on one GPU "
                          "(default: the scenario's gpus_per_run, else 0)")
     group.addoption("--clh-cpus-per-run", type=float, default=None, metavar="N",
-                    help="CPUs per Ray task (default: the scenario's cpus_per_run, else 1)")
+                    help="torch CPU threads of every run, serial, pytest-xdist and Ray alike (default 1, so results "
+                         "never depend on scheduling; a count other than 1 enters the record key), and the CPUs a "
+                         "Ray task reserves (default: the scenario's cpus_per_run, else 1)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -147,10 +152,12 @@ def session_options(config: pytest.Config) -> Options:
     except ValueError as exc:
         raise pytest.UsageError(f"--clh-max-drop: {exc}") from None
     return Options(results=config.getoption("clh_results"), fresh=config.getoption("clh_fresh"),
+                   reuse_stale=config.getoption("clh_reuse_stale"),
                    quick=config.getoption("clh_quick"), seeds=config.getoption("clh_seeds"),
                    methods=tuple(config.getoption("clh_method")), device=config.getoption("clh_device"),
                    data_root=config.getoption("clh_data_root"), download=config.getoption("clh_download"),
                    presets=tuple(config.getoption("clh_preset")), plugins=tuple(config.getoption("clh_plugin")),
+                   cpus_per_run=config.getoption("clh_cpus_per_run"),
                    gate_timeout=config.getoption("clh_gate_timeout"), compare=config.getoption("clh_compare"),
                    max_drops=drops)
 
@@ -168,6 +175,7 @@ class ClhSession:
         self._engine: Session | None = None
         self.reused = 0
         self.not_registered: dict[str, None] = {}   # one line per planned method skipped as not registered
+        self.stale: dict[str, None] = {}            # one line per record reused under --clh-reuse-stale
         self.session_id = getattr(config, "workerinput", {}).get("clh_session") or uuid.uuid4().hex
 
     @property
@@ -302,6 +310,8 @@ class ClhSession:
                     self.reused += 1
                 elif name == NOT_REGISTERED_PROPERTY:
                     self.not_registered[value] = None
+                elif name == outcomes.REUSED_STALE:
+                    self.stale[value] = None
 
     def pytest_report_teststatus(self, report, config):
         if report.when != "call":
@@ -324,6 +334,11 @@ class ClhSession:
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
         for line in self.not_registered:
             terminalreporter.write_line(f"clharness: {line}", yellow=True)
+        if self.stale:
+            terminalreporter.write_line(f"clharness: --clh-reuse-stale reused {len(self.stale)} record(s) made by other "
+                                        "code:", yellow=True)
+            for line in self.stale:
+                terminalreporter.write_line(f"  {line}", yellow=True)
         if not self.records:
             return
         from .reporting.scorecard import default_columns, rank_agreement, render, render_agreement, summarize

@@ -50,6 +50,11 @@ class RunRecord:
     method_version: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     key: str = ""
+    # the key without the code digest (the same case under any code) and the code that made the record:
+    # engine.code_identity's digest and the git commit of the method's repository ("" outside one)
+    base_key: str = ""
+    code_digest: str = ""
+    git_commit: str = ""
     session: str = ""                       # the pytest session that ran it (gates wait for these)
     started_at: float = 0.0
     finished_at: float = 0.0
@@ -191,6 +196,9 @@ class ResultsStore:
                 key TEXT PRIMARY KEY, suite TEXT, scenario TEXT, method TEXT, seed INTEGER,
                 status TEXT, finished_at REAL, record TEXT NOT NULL)""")
             db.execute("CREATE INDEX IF NOT EXISTS runs_by_case ON runs (suite, scenario, method)")
+            # runs in progress: who trains which key, so a waiter can tell a dead process from a slow one
+            db.execute("""CREATE TABLE IF NOT EXISTS running (key TEXT PRIMARY KEY, host TEXT, pid INTEGER,
+                session TEXT, started REAL, record TEXT NOT NULL)""")
 
     class _Tx:
         def __init__(self, db):
@@ -215,8 +223,32 @@ class ResultsStore:
             raise StoreError(f"results store {self.path} cannot be written: {exc}. Free space or "
                              "permissions, or point --clh-results elsewhere") from None
 
+    def mark_running(self, record: RunRecord) -> None:
+        """``record`` (its case, not yet run) is being trained by this process on this host."""
+        import os
+        import socket
+        with self._transaction() as db:
+            db.execute("INSERT OR REPLACE INTO running VALUES (?, ?, ?, ?, ?, ?)",
+                       (record.key, socket.gethostname(), os.getpid(), record.session, time.time(), record.to_json()))
+
+    def dead_run(self, key: str) -> RunRecord | None:
+        """A failed record for ``key`` when the process marked as training it on this host is gone
+        (a segfault, an out-of-memory kill, kill -9): stored, so every waiter sees it at once."""
+        import os
+        import socket
+        row = self._db.execute("SELECT host, pid, record FROM running WHERE key = ?", (key,)).fetchone()
+        if row is None or row[0] != socket.gethostname() or row[1] == os.getpid() or _alive(row[1]):
+            return None
+        record = RunRecord.from_json(row[2])
+        record.status, record.finished_at = "failed", time.time()
+        record.message = (f"the process that ran this case (pid {row[1]} on {row[0]}) died before it finished: "
+                          "a crash (segfault), an out-of-memory kill or a kill -9; no result")
+        self.put(record)
+        return record
+
     def put(self, record: RunRecord) -> None:
         with self._transaction() as db:
+            db.execute("DELETE FROM running WHERE key = ?", (record.key,))
             db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET "
                        "suite=excluded.suite, scenario=excluded.scenario, method=excluded.method, "
                        "seed=excluded.seed, status=excluded.status, finished_at=excluded.finished_at, "
@@ -242,6 +274,12 @@ class ResultsStore:
     def reusable(self, key: str) -> RunRecord | None:
         record = self.get(key)
         return record if record is not None and record.status in REUSABLE else None
+
+    def stale(self, base_key: str) -> RunRecord | None:
+        """The newest reusable record of the same case made by other code (``RunRecord.base_key``):
+        what ``--clh-reuse-stale`` reuses, and says so."""
+        found = [r for r in self.records() if r.base_key == base_key and r.status in REUSABLE]
+        return max(found, key=lambda r: r.finished_at) if found else None
 
     def records(self, suite: str | None = None, keys: Iterable[str] | None = None) -> list[RunRecord]:
         sql, args = "SELECT key, CAST(record AS BLOB) FROM runs", []
@@ -273,6 +311,21 @@ class ResultsStore:
     def frame(self, suite: str | None = None):
         """The stored records as a pandas DataFrame (``records_frame``)."""
         return records_frame(self.records(suite))
+
+
+def _alive(pid: int) -> bool:
+    import os
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # someone else's process: alive
+        return True
+    try:   # a zombie (exited, not yet reaped by its parent) is dead for our purpose
+        with builtins.open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 def open(path: str | Path) -> ResultsStore:   # noqa: A001  (clharness.results.open, like io.open)

@@ -245,17 +245,16 @@ def test_selection_runs_are_not_scenarios_in_the_ranking_agreement():
 
 def test_cldyb_replays_select_on_their_searched_sequence_after_the_search(pytester):
     """CLDyB (appendix B.3): per searched sequence, selection runs wait for its search, then the replay."""
-    from clharness.benchmarks.cldyb.kind import SearchItem
-    from clharness.engine.hparam_selection import SelectedItem, SelectionItem
     suite = Path(__file__).parents[1] / "suites" / "select-hparams-digits.toml"
     reprec = pytester.inline_run("-p", "no:cacheprovider", "--collect-only", "--clh-suite", str(suite), "--clh-quick",
                                  "--clh-method", "finetune", "-k", "cldyb and seed0")
-    items = reprec.getcalls("pytest_collection_finish")[0].session.items
-    search = [i for i in items if isinstance(i, SearchItem)]
-    selection = [i for i in items if isinstance(i, SelectionItem)]
-    final = [i for i in items if isinstance(i, SelectedItem)]
+    units = [i.unit for i in reprec.getcalls("pytest_collection_finish")[0].session.items]
+    search = [u for u in units if u.role == "search"]
+    selection = [u for u in units if u.role == "selection"]
+    final = [u for u in units if u.role == "selected"]
     assert len(search) == 1 and len(selection) == 3 and len(final) == 1   # lr in [0.01, 0.05, 0.2]
-    assert {i.after for i in selection} == {final[0].after} == {search[0].case_key}
-    assert [i.name for i in selection] == [f"cldyb-mini-cc/cc[finetune-seed0-select-c{k}]" for k in range(3)]
-    assert final[0].name == "cldyb-mini-cc/cc[finetune-seed0]" and final[0].plan.tasks == 3
-    assert all(i.case.scenario.options["sequence"] == final[0].plan.full.scenario.options["sequence"] for i in selection)
+    assert {u.after for u in selection} == {final[0].after} == {search[0].key}
+    assert [u.name for u in selection] == [f"cldyb-mini-cc/cc[finetune-seed0-select-c{k}]" for k in range(3)]
+    plan = final[0].data["plan"]
+    assert final[0].name == "cldyb-mini-cc/cc[finetune-seed0]" and plan.tasks == 3
+    assert all(u.case.scenario.options["sequence"] == plan.full.scenario.options["sequence"] for u in selection)

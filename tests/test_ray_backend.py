@@ -39,6 +39,44 @@ def records(path) -> dict:
     return {r.key: r for r in ResultsStore(path).records()}
 
 
+def test_serial_xdist_and_ray_give_bit_identical_matrices_at_the_default_threads(pytester, ray_runtime, monkeypatch):
+    """One thread rule for every scheduler (--clh-cpus-per-run, default 1): a fresh serial process
+    (torch would default to every core), two xdist workers and Ray workers give the same records. LwF's
+    CPU result moves with the thread count, so it is the method that shows it."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent.parent), str(Path(__file__).parent)]))
+    args = ["--clh-suite", "quickstart", "--clh-quick", "--clh-seeds", "2", "--clh-method", "lwf",
+            "--clh-method", "er", "-k", "not gate", "-p", "no:cacheprovider"]
+    pytester.runpytest_subprocess(*args, "--clh-results", "serial.sqlite").assert_outcomes(passed=4, deselected=1)
+    pytester.runpytest_subprocess(*args, "--clh-results", "xdist.sqlite", "-n", "2").assert_outcomes(passed=4,
+                                                                                                   deselected=1)
+    pytester.runpytest(*args, "--clh-results", "ray.sqlite", "--clh-ray", "local").assert_outcomes(passed=4,
+                                                                                                 deselected=1)
+    runs = [records(pytester.path / f"{name}.sqlite") for name in ("serial", "xdist", "ray")]
+    assert sorted(runs[0]) == sorted(runs[1]) == sorted(runs[2]) and len(runs[0]) == 4
+    for key in runs[0]:   # bit-identical: exact floats
+        assert runs[0][key].acc_matrix == runs[1][key].acc_matrix == runs[2][key].acc_matrix, runs[0][key].case_id
+        assert {r[key].cpu_threads for r in runs} == {1}
+
+
+def test_a_thread_count_other_than_one_is_part_of_the_key(pytester):
+    from clharness.engine import runner
+    case = runner.Case("s", _spec(), "finetune", 0, {})
+    from clharness.plugins import Harness
+    cls = Harness(entry_points=False).methods["finetune"]
+    one = runner.case_key(case, cls)
+    runner.set_cpu_threads(2)
+    try:
+        assert runner.case_key(case, cls) != one and runner.base_key(case, cls) != one
+    finally:
+        runner.set_cpu_threads(1)
+    assert runner.case_key(case, cls) == one
+
+
+def _spec():
+    from clharness.engine.suites import load_suite
+    return load_suite(Path(__file__).parent.parent / "suites" / "quickstart.toml").scenarios[0]
+
+
 def test_quickstart_through_ray_equals_the_serial_session(pytester, ray_runtime):
     serial = pytester.runpytest(*QUICK, "--clh-results", "serial.sqlite")
     serial.assert_outcomes(passed=4, deselected=1)

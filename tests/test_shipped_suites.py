@@ -24,3 +24,30 @@ def test_shipped_suite_loads_and_names_registered_methods(path):
     assert not unknown or "not registered" in path.read_text(), f"{path.name}: unknown methods {sorted(unknown)}"
     for gate in suite.gates:
         assert gate.method in suite.methods or not suite.methods, f"{path.name}: gate {gate} on a method it does not run"
+
+
+# The suites that run offline (bundled digits, synthetic data, tiny random-init models): every one is
+# green out of the box, quick in CI and in full under `-m slow`.
+OFFLINE = ["quickstart", "baselines-digits", "stf-digits", "stf-digits-difficulty", "m2i-mini", "gtep-digits",
+           "cldyb-mini", "cldyb-mini-ablations", "ptm-mini", "select-hparams-digits"]
+
+
+def _green(suite, tmp_path, quick):
+    import clharness as clh
+    records = clh.run(suite, quick=quick, results=tmp_path / "r.sqlite", device="cpu")
+    failed = [(u.name, u.message.splitlines()[0] if u.message else "") for u in records.units if u.outcome == "failed"]
+    assert not failed, f"{suite}: {len(failed)} unit(s) failed: {failed[:5]}"
+    assert records and all(r.status in ("passed", "diverged", "not-applicable") for r in records)
+
+
+@pytest.mark.parametrize("suite", OFFLINE)
+def test_every_offline_suite_is_green_quick(suite, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)   # CLDyB writes its sequences under the invocation folder
+    _green(suite, tmp_path, quick=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suite", OFFLINE)
+def test_every_offline_suite_is_green_in_full(suite, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _green(suite, tmp_path, quick=False)

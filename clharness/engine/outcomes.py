@@ -25,6 +25,7 @@ class ExpectedFailure(Outcome):
 # What a unit leaves behind for its front end (the pytest plugin stores them as user properties).
 RECORD = "clharness_record"                 # the record, as JSON
 REUSED = "clharness_reused"                 # the key of a stored record used instead of a run
+REUSED_STALE = "clharness_reused_stale"     # a record made by other code, reused on request (why)
 GATE = "clharness_gate"                     # a gate's verdict lines
 NOT_REGISTERED = "clharness_not_registered"  # a planned method no plugin registers
 SHARED_WITH = "clh_shared_with"             # the unit that trains the run this one shares

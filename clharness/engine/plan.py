@@ -43,6 +43,8 @@ def expand(session, path: Path) -> list[Unit]:
     install(session.harness.kinds)   # every plugin's kinds (clharness_add_kinds), before the suite's are checked
     opts = session.options
     suite = load_suite(path, quick=opts.quick)
+    from .validate import check
+    check(session, suite)   # every name against the registries, before anything is built or trained
     session.resources.update({(suite.name, name): res for name, res in suite.resources.items()})
     seeds = opts.seeds or preset_seeds(list(opts.presets), suite) or suite.seeds
     units: list[Unit] = []

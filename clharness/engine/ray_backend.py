@@ -37,6 +37,7 @@ from typing import Any, Callable
 import ray
 
 from ..results import RunRecord
+from .runner import cpu_threads
 
 MAX_RETRIES = 3          # re-executions of a case whose worker or node died
 RESOURCE_OPTIONS = ("cpus_per_run", "gpus_per_run")   # per-scenario defaults (suite options)
@@ -141,10 +142,11 @@ def _node() -> str:
 # ------------------------------------------------------------------------------- the task
 def run_remote(case, modules: tuple[str, ...], device: str, data_root: str | None, download: bool,
                aliases: tuple[tuple[str, str], ...] = (), sources: dict | None = None,
-               splits: dict | None = None) -> str:
+               splits: dict | None = None, threads: int = 1) -> str:
     """One case on a worker; returns its record as JSON (the driver stores it). ``splits``: the
     session's (identity, train) -> ObjectRef of the case's in-memory dataset splits."""
-    from .runner import pick_device, run_case
+    from .runner import pick_device, run_case, set_cpu_threads
+    set_cpu_threads(threads)   # the driver's rule, so the record (and its key) is the serial one
     if data_root and not Path(data_root).is_dir():
         raise RayBackendError(f"--clh-data-root {data_root} does not exist on Ray node {_node()} (case {case.id}); "
                               "the data root must exist, at the same path, on every node")
@@ -200,7 +202,8 @@ def init(address: str, shipment: Shipment) -> bool:
     try:
         if address == "local":
             cpus = os.environ.get("CLH_RAY_NUM_CPUS")
-            ray.init(num_cpus=int(cpus) if cpus else None, **common)
+            # address="local": always a runtime of its own, never a cluster `ray start` left running here
+            ray.init(address="local", num_cpus=int(cpus) if cpus else None, **common)
         else:
             common.pop("include_dashboard")
             ray.init(address=address, **common)
@@ -277,7 +280,7 @@ class RayRunner:
         ref = _remote_case.options(max_retries=MAX_RETRIES, retry_exceptions=False,
                                    **self.resources(case, scenario)).remote(
             case, tuple(self.shipment.modules), self.device, self.data_root, self.download,
-            tuple(self.shipment.aliases.items()), self.sources, self.case_splits(case))
+            tuple(self.shipment.aliases.items()), self.sources, self.case_splits(case), cpu_threads())
         self.pending[key] = Pending(ref, case, amend)
         self.submitted += 1
 

@@ -28,7 +28,26 @@ from ..hparams import resolve
 from ..method import Context, Diverged, Method, MethodError, Setting
 from ..results import RunRecord, run_key
 from .scenario import Scenario, build_scenario
+from .code_identity import code_digest, git_commit
 from .suites import ScenarioSpec, spec_definition
+
+
+# torch's intra-op threads for every run of this process: one rule for serial, pytest-xdist and Ray
+# (--clh-cpus-per-run, default 1), so a result never depends on how its session was scheduled. A CPU
+# float sum is split by thread, so a chaotic method's result moves with the count: a count other than
+# 1 enters the record key.
+_CPU_THREADS = 1
+
+
+def set_cpu_threads(n: int) -> None:
+    global _CPU_THREADS
+    if int(n) < 1:
+        raise ValueError(f"--clh-cpus-per-run {n}: give a positive number of CPU threads per run")
+    _CPU_THREADS = int(n)
+
+
+def cpu_threads() -> int:
+    return _CPU_THREADS
 
 
 OOM_HINT = ("Hint: out of memory. Lower batch_size (and eval_batch_size) in the suite, run with --clh-quick, "
@@ -56,7 +75,9 @@ class Case:
         hparams = {k: v for k, v in self.hparams.items() if not (k in later and v == later[k])}
         return {"suite": self.suite, "scenario": spec_definition(self.scenario), "method": self.method,
                 "method_version": method_cls.version, "method_class": method_cls.__qualname__,
-                "hparams": hparams, "seed": self.seed, "versions": versions}
+                "hparams": hparams, "seed": self.seed, "versions": versions,
+                "code": code_digest(method_cls, _kind_file(self.scenario.kind)),
+                **({"cpu_threads": _CPU_THREADS} if _CPU_THREADS != 1 else {})}
 
     def build_scenario(self, datasets, device: torch.device, data_root: Path | None = None, download: bool = False):
         """The scenario this case runs (hparam_selection.SelectionCase cuts it to its first tasks)."""
@@ -64,8 +85,25 @@ class Case:
 
 
 def case_key(case: Case, method_cls: type[Method]) -> str:
-    """The record key: a content hash of the case's definition (library versions included)."""
+    """The record key: a content hash of the case's definition (library versions and the digest of
+    the code that runs it included, engine.code_identity)."""
     return run_key(case.definition(method_cls, versions()))
+
+
+def base_key(case: Case, method_cls: type[Method]) -> str:
+    """The key without the code digest: the same case whatever the code (``--clh-reuse-stale`` looks a
+    record up by it; the family guard test pins it)."""
+    definition = case.definition(method_cls, versions())
+    definition.pop("code", None)
+    return run_key(definition)
+
+
+def _kind_file(kind: str) -> str | None:
+    from .suites import kind_module
+    try:
+        return kind_module(kind).__file__
+    except Exception:   # an unknown kind fails the suite's check elsewhere, with its own message
+        return None
 
 
 @functools.lru_cache(maxsize=1)
@@ -101,11 +139,14 @@ def run_case(case: Case, harness, device: torch.device, data_root: Path | None =
     """Run ``case`` and return its record; exceptions become statuses, never escape
     (except KeyboardInterrupt, so an interrupted session stops)."""
     method_cls = harness.methods[case.method]
+    torch.set_num_threads(_CPU_THREADS)
     record = RunRecord(suite=case.suite, scenario=case.scenario.name, method=case.method, seed=case.seed,
                        setting=case.scenario.setting, hparams=dict(case.hparams), device=str(device),
                        cpu_threads=torch.get_num_threads(),
                        method_version=method_cls.version, versions=dict(versions()),
-                       key=case_key(case, method_cls), started_at=time.time())
+                       key=case_key(case, method_cls), base_key=base_key(case, method_cls),
+                       code_digest=code_digest(method_cls, _kind_file(case.scenario.kind)),
+                       git_commit=git_commit(method_cls), started_at=time.time())
     try:
         if case.scenario.setting_enum not in set(method_cls.settings):
             record.status = "not-applicable"
@@ -150,7 +191,12 @@ def _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_
     kind defines one (online streams), else the task-by-task protocol below. A protocol fills
     ``record`` as it goes (so a failure keeps what was measured) and keeps ``record.failed_task``
     at the step it is on; the runner turns exceptions into statuses and measures memory."""
-    context = make_context(case, scenario, harness, device)
+    try:   # a setup error (an unknown backbone, bad backbone options) is a record, not a raw traceback
+        context = make_context(case, scenario, harness, device)
+    except Exception as exc:
+        record.status, record.message = "error", f"setting up the case failed: {type(exc).__name__}: {exc}"
+        record.failed_task = None
+        return
     protocol = getattr(scenario, "protocol", None) or task_protocol
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

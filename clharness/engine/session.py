@@ -31,6 +31,7 @@ class Options:
     """What a session is asked to do: the pytest options ``--clh-*`` and ``clharness.run``'s arguments."""
     results: str | Path = ".clharness/results.sqlite"
     fresh: bool = False
+    reuse_stale: bool = False                # reuse a record made by other code (said, never silent)
     quick: bool = False
     seeds: int | None = None                 # None: the suite's (or a family preset's)
     methods: tuple[str, ...] = ()            # () : the suite's methods
@@ -39,6 +40,7 @@ class Options:
     download: bool = False
     presets: tuple[str, ...] = ()            # --clh-preset FAMILY:NAME
     plugins: tuple[str, ...] = ()            # --clh-plugin MODULE
+    cpus_per_run: float | None = None        # torch threads per run (and a Ray task's CPUs); None: 1
     gate_timeout: float = 3600.0
     compare: str | None = None               # a saved scorecard JSON to gate against
     max_drops: dict[str, float] = field(default_factory=dict)
@@ -50,6 +52,8 @@ class Session:
     def __init__(self, options: Options, harness=None, session_id: str | None = None,
                  warn: Callable[[str], None] = note):
         self.options = options
+        from .runner import set_cpu_threads
+        set_cpu_threads(max(1, int(options.cpus_per_run or 1)))
         self._harness = harness
         self._device = None
         self._store = None
@@ -132,18 +136,26 @@ class Session:
         """Run ``case`` through the results store (a stored record with the same content hash is
         reused) and raise its status as an outcome. ``amend(record)`` edits a fresh record before it
         is stored. ``divergence_expected``: a diverged run is an outcome the protocol counts."""
-        from .runner import case_key, run_case
-        key = case_key(case, self.harness.methods[case.method])
+        from .runner import base_key, case_key, run_case
+        method_cls = self.harness.methods[case.method]
+        key = case_key(case, method_cls)
         record = None if self.options.fresh else self.store.reusable(key)
+        if record is None and self.options.reuse_stale and not self.options.fresh:
+            record = self.store.stale(base_key(case, method_cls))
+            if record is not None:
+                from .code_identity import code_digest
+                from .runner import _kind_file
+                now = code_digest(method_cls, _kind_file(case.scenario.kind))
+                unit.properties.append((outcomes.REUSED_STALE,
+                                        f"{record.case_id}: stored record {record.key} made by code {record.code_digest or '?'}"
+                                        f" (commit {record.git_commit or '-'}), the code now is {now}"))
         if record is not None:
             unit.properties.append((outcomes.REUSED, record.key))
         else:
             if self.remote is not None:   # a remote executor (Ray): the case's task, maybe submitted already
                 record = self.remote.result(key, case)
             else:
-                root = self.options.data_root
-                record = run_case(case, self.harness, self.device, Path(root) if root else None,
-                                  self.options.download, on_task=self.progress(unit) if self.progress else None)
+                record = self._run_here(unit, case, method_cls, key)
             if amend is not None:
                 amend(record)
             self.keep(record)
@@ -155,6 +167,26 @@ class Session:
         if record.status != "passed":
             raise outcomes.Failed(f"[{record.status}] {record.case_id}: {record.message}")
         return record
+
+    def _run_here(self, unit, case, method_cls, key: str) -> RunRecord:
+        """Run ``case`` in this process, marked as running in the store (so a waiter can tell when this
+        process dies mid-run); a failure outside the method's own code is a record too, never a hang."""
+        import time as _time
+        import traceback
+
+        from .runner import run_case, versions
+        marker = RunRecord(suite=case.suite, scenario=case.scenario.name, method=case.method, seed=case.seed,
+                           setting=case.scenario.setting, hparams=dict(case.hparams), key=key,
+                           session=self.session_id, versions=dict(versions()), started_at=_time.time())
+        self.store.mark_running(marker)
+        root = self.options.data_root
+        try:
+            return run_case(case, self.harness, self.device, Path(root) if root else None, self.options.download,
+                            on_task=self.progress(unit) if self.progress else None)
+        except Exception as exc:   # outside the method's protocol: setup, a family's builder, the harness itself
+            marker.status, marker.finished_at = "error", _time.time()
+            marker.message = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exception(exc)[-4:])
+            return marker
 
     def keep(self, record: RunRecord) -> None:
         """Store a fresh record (one transaction: a crash later loses nothing) and tell the loggers."""
@@ -171,7 +203,9 @@ class Session:
             for key in sorted(pending):
                 record = self.store.get(key)
                 if record is None and key in self.selected:
-                    continue
+                    record = self.store.dead_run(key)   # its process died mid-run: failed, not awaited
+                    if record is None:
+                        continue
                 if record is not None and key in self.selected and record.session != self.session_id \
                         and (self.options.fresh or record.status not in REUSABLE):
                     continue   # an older record; this session's run is still to come

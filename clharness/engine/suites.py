@@ -298,8 +298,11 @@ def _check_scenario_table(path, where, table):
     if "augment" in table:
         from ..toolkit.augment import recipes   # lazy: torch; holds the recipes every loaded plugin added
         if table["augment"] not in recipes():
+            import difflib
+            close = difflib.get_close_matches(table["augment"], list(recipes()), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise SuiteError(f"{path}: {where}: augment = {table['augment']!r} is not a registered augmentation "
-                             f"recipe; registered: {', '.join(recipes())}")
+                             f"recipe{hint}; registered: {', '.join(recipes())}")
     if table.get("first_task_train") is not None:
         _check_first_task(path, where, table["first_task_train"])
     if table.get("select_hparams") is not None:

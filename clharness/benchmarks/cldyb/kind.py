@@ -251,7 +251,8 @@ def collect(session, suite, spec: ScenarioSpec, methods: list[str], seeds: int) 
     from ...engine.runner import Case, resolve_hparams, versions
     from ...engine.suites import SuiteError
     from ...engine.units import Unit, case_unit
-    from .search import SEARCH_VERSION
+    from ...engine.code_identity import code_digest
+    from .search import SEARCH_VERSION, Search
     harness = session.harness
     o = spec.options
     searchers = list(o["search_methods"]) or list(methods)
@@ -304,13 +305,16 @@ def collect(session, suite, spec: ScenarioSpec, methods: list[str], seeds: int) 
             definition = {"kind": "cldyb-search", "suite": suite.name, "scenario": _search_spec(spec),
                           "job": job.label, "seed": seed, "versions": versions(), "search_version": SEARCH_VERSION,
                           "methods": [(m, harness.methods[m].version, hparams[m]) for m in job.searchers]}
+            base = run_key(definition)   # the same search under any code (RunRecord.base_key)
+            definition["code"] = [code_digest(harness.methods[m], __file__) for m in job.searchers] \
+                or code_digest(Search, __file__)
             key = run_key(definition)
             path = root / f"{suite.name}-{spec.name}-{job.label}-seed{seed}.json"
             name = f"{spec.name}[search-{job.label}-seed{seed}]"
             searches.append(Unit(name, _run_search, suite=suite.name, path=suite.path, key=key, role="search",
                                  label=f"{suite.name}::{name} (CLDyB search with {job.searchers or 'no methods'})",
                                  data={"spec": spec, "job": job, "seed": seed, "sequence_path": path,
-                                       "hparams": hparams}))
+                                       "hparams": hparams, "base_key": base}))
             replay_spec = dataclasses.replace(spec, name=f"{spec.name}/{job.use_case}",
                                               options={**o, "pool": [], "sequence": str(path), "search_key": key})
             for m in job.evaluated:
@@ -343,7 +347,7 @@ def _run_search(session, unit) -> None:
                 pass
     record = RunRecord(suite=unit.suite, scenario=f"{spec.name}/{job.label}", method=SEARCH_METHOD,
                        seed=seed, setting=spec.setting, device=str(session.device), versions=dict(versions()),
-                       key=unit.key, started_at=time.time(), session=session.session_id)
+                       key=unit.key, base_key=d["base_key"], started_at=time.time(), session=session.session_id)
     root = session.options.data_root
     try:
         seq = run_search(unit.suite, spec, job, d["hparams"], session.harness, seed, session.device,
