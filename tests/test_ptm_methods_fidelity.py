@@ -137,6 +137,13 @@ def test_hide_prompt_alignment_samples_per_class_and_learning_rates(data, monkey
     method.learn(exps[1])
     assert draws == [("tii", 24), ("tap", 120)]
     assert lrs == pytest.approx([0.005 * 24 / 256, 0.005])
+    # the knobs: each stage draws its own count at its own lr
+    method = METHODS["hide_prompt"](context(epochs=1), **{**HIDE, "ca_epochs": 1}, tii_samples_per_class=7,
+                                    samples_per_class=9, tii_ca_lr=0.002, ca_lr=0.003)
+    draws.clear(), lrs.clear()
+    for exp in exps[:2]:
+        method.learn(exp)
+    assert draws == [("tii", 7), ("tap", 9)] and lrs == pytest.approx([0.002, 0.003])
 
 
 # ------------------------------------------------------------------------------- L2P and DualPrompt
@@ -269,6 +276,14 @@ def test_pgp_pca_subspace_keeps_the_top_principal_directions_of_the_centred_quer
     assert V.shape[1] == r <= 5 < exact.key_space.basis.shape[1]
     torch.testing.assert_close(V @ V.T, Vh[:r].T @ Vh[:r], rtol=0, atol=1e-4)
     assert pca.key_space.basis.dtype == torch.float32
+    # key_components = 2: at most the two leading axes
+    two = METHODS["pgp"](context(epochs=1), **{**PGP, "memory_images": 48}, subspace="pca", key_components=2)
+    two.remember(exps[0])
+    share = (S[:2] ** 2).cumsum(0) / (S[:2] ** 2).sum()
+    r = int((share < 0.97).sum()) + 1
+    V = two.key_space.basis.double()
+    assert V.shape[1] == r <= 2
+    torch.testing.assert_close(V @ V.T, Vh[:r].T @ Vh[:r], rtol=0, atol=1e-4)
 
 
 # --------------------------------------------------------------------------------------------- RanPAC
