@@ -137,11 +137,15 @@ def pod_flat(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
 
 class LocalSimilarityClassifier(nn.Module):
     """LSC (sec. 3.2): K proxies theta_{c,k} per class; s_{c,k} = <theta_{c,k}/||.||, h/||h||>, the
-    class similarity y_c = sum_k softmax_k(s_{c,k}) s_{c,k}, scaled by a learned eta (init 1)."""
+    class similarity y_c = sum_k softmax_k(s_{c,k}) s_{c,k}, scaled by a learned eta (init 1).
+    ``similarity="neg_sq_distance"``: s_{c,k} = -||theta_{c,k}/||.|| - h/||h|| ||^2 = 2 cos - 2, the
+    authors' config (``distance: neg_stable_cosine_distance``, proxy softmax at gamma 1)."""
 
-    def __init__(self, dim: int, num_classes: int, proxies: int):
+    def __init__(self, dim: int, num_classes: int, proxies: int, similarity: str = "cosine"):
         super().__init__()
-        self.proxies = proxies
+        if similarity not in ("cosine", "neg_sq_distance"):
+            raise MethodError(f"podnet: unknown similarity {similarity!r}; choose cosine or neg_sq_distance")
+        self.proxies, self.similarity = proxies, similarity
         self.weight = nn.Parameter(torch.empty(num_classes * proxies, dim).uniform_(-1 / math.sqrt(dim),
                                                                                    1 / math.sqrt(dim)))
         self.eta = nn.Parameter(torch.ones(1))
@@ -153,14 +157,16 @@ class LocalSimilarityClassifier(nn.Module):
             keep = self.frozen.repeat_interleave(self.proxies)[:, None]
             w = torch.where(keep, w.detach(), w)
         s = F.linear(F.normalize(h, dim=1), F.normalize(w, dim=1)).view(len(h), -1, self.proxies)
+        if self.similarity == "neg_sq_distance":
+            s = 2 * s - 2
         return self.eta * (F.softmax(s, dim=2) * s).sum(2)
 
 
 class PODNetModel(nn.Module):
-    def __init__(self, backbone: nn.Module, num_classes: int, proxies: int):
+    def __init__(self, backbone: nn.Module, num_classes: int, proxies: int, similarity: str = "cosine"):
         super().__init__()
         self.backbone = backbone
-        self.head = LocalSimilarityClassifier(backbone.out_dim, num_classes, proxies)
+        self.head = LocalSimilarityClassifier(backbone.out_dim, num_classes, proxies, similarity)
 
     def features(self, x):
         return self.backbone(x)
@@ -238,6 +244,8 @@ class PODNet(ExemplarLearner):
       classifier) at ``finetune_lr`` with ``finetune_scheduler``, SGD with the method's momentum
       and weight decay, on the same loss (the POD terms do not reach the classifier), memory samples
       through the suite's augmentation.
+    The LSC similarity is the paper's (and PyCIL's) cosine; ``similarity="neg_sq_distance"`` gives the
+    authors' config, 2 cos - 2 (see ``LocalSimilarityClassifier``).
     Predictions: the nearest mean of exemplars (``classifier="nme"``, default: the results PyCIL
     reports for PODNet; the authors' ``podnet_nme_cifar100.yaml``) or the LSC outputs (``"cnn"``, the
     authors' ``podnet_cnn`` configs)."""
@@ -255,9 +263,10 @@ class PODNet(ExemplarLearner):
         "finetune_params='all_but_old', finetune_lr=0.005, finetune_scheduler='cosine'",
         "new proxies imprinted from k-means centres of normalised features as the authors' code "
         "(weight_init='imprinted'); PyCIL initialises them at random (weight_init='random')",
-        "lambda_c defaults to PyCIL's 5 (the authors' CIFAR-100 config: 3); the LSC similarity is the "
-        "paper's and PyCIL's cosine: the authors' config uses -||h/|h| - theta/|theta|||^2 = 2 cos - 2, "
-        "i.e. twice the cosine inside the proxy softmax and before eta",
+        "lambda_c defaults to PyCIL's 5 (the authors' CIFAR-100 config: 3)",
+        "the LSC similarity is the paper's and PyCIL's cosine (similarity='cosine'); the authors' config "
+        "uses -||h/|h| - theta/|theta|||^2 = 2 cos - 2 (similarity='neg_sq_distance'): twice the cosine "
+        "inside the proxy softmax and before eta",
         "no element-wise gradient clamp to [-5, 5] (the authors' code registers one on every parameter; "
         "PyCIL does not)",
         "the balanced fine-tuning set is the memory already reduced to the budget (the authors' fixed "
@@ -275,6 +284,7 @@ class PODNet(ExemplarLearner):
                "proxies": clh.Int(1, 100, default=10),
                "margin": clh.Float(0.0, 2.0, default=0.6),
                "nca": Choice(["code", "paper"], default="code"),
+               "similarity": Choice(["cosine", "neg_sq_distance"], default="cosine"),
                "weight_init": Choice(["imprinted", "random"], default="imprinted"),
                "finetune_epochs": clh.Int(0, 200, default=20),
                "finetune_lr": clh.Float(1e-5, 1.0, default=0.05, log=True),
@@ -292,7 +302,8 @@ class PODNet(ExemplarLearner):
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)
         backbone = self.model.backbone
-        self.model = PODNetModel(backbone, context.num_classes, self.hp["proxies"]).to(context.device)
+        self.model = PODNetModel(backbone, context.num_classes, self.hp["proxies"],
+                                 self.hp["similarity"]).to(context.device)
         self.map_names = stage_modules(backbone, context.input_shape, context.device)
         self.factor = 1.0
 

@@ -66,6 +66,25 @@ def test_nca_margin_cancels_in_the_code_form_and_scales_with_eta_in_the_paper_fo
     assert float(nca_loss(z, y, 1.0, form="paper", scale=eta)) > float(nca_loss(z, y, 0.0, form="paper", scale=eta))
 
 
+def test_lsc_squared_distance_similarity_is_the_authors_config_by_hand():
+    from clharness_methods.podnet import LocalSimilarityClassifier
+    h = torch.tensor([[3.0, 4.0]])                                 # cosines 0.6 and 0.8 with the proxies
+    out = {}
+    for similarity in ("cosine", "neg_sq_distance"):
+        lsc = LocalSimilarityClassifier(2, 1, 2, similarity)
+        with torch.no_grad():
+            lsc.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 3.0]]))
+            lsc.eta.fill_(2.0)
+        out[similarity] = lsc(h).item()
+    # -||theta/|theta| - h/|h|||^2 = 2 cos - 2: (-0.8, -0.4), merged by a softmax over the proxies
+    d = [-0.8, -0.4]
+    w = [math.exp(v) / sum(math.exp(u) for u in d) for v in d]
+    assert out["neg_sq_distance"] == pytest.approx(2.0 * sum(wi * v for wi, v in zip(w, d)), rel=1e-6)
+    c = [0.6, 0.8]
+    w = [math.exp(v) / sum(math.exp(u) for u in c) for v in c]
+    assert out["cosine"] == pytest.approx(2.0 * sum(wi * v for wi, v in zip(w, c)), rel=1e-6)
+
+
 # --- PODNet: a 2-d backbone that is the identity -------------------------------------------------
 
 class Identity2d(nn.Module):
