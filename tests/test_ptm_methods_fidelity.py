@@ -315,3 +315,23 @@ def test_ranpac_ssf_first_phase_scales_and_shifts_every_operation_then_freezes(d
             tokens = tokens + ssf["fc2"](block.mlp.fc2(h))
         f = (vit.norm(tokens) * model.norm.scale + model.norm.shift)[:, 0]
         torch.testing.assert_close(method.features(x), F.relu(f @ method.projection), rtol=1e-4, atol=1e-4)
+
+
+def test_hide_prompt_classifier_learns_at_a_tenth_of_the_prompt_lr(data):
+    """--larger_prompt_lr (both scripts): param groups prompts at lr, the rest at 0.1 lr. One Adam
+    step moves each weight with a gradient by its group's lr."""
+    tasks, trains, _ = data
+    one_step = clh.Experience(trains[0], tasks[0], None, 64, 0)
+    for hp, scale in (({}, 0.1), ({"head_lr_scale": 1.0}, 1.0)):
+        method = METHODS["hide_prompt"](context(epochs=1), **HIDE, **hp)
+        head = method.head.weight.detach().clone()
+        method.learn(one_step)
+        head_step = (method.head.weight.detach() - head).abs()
+        assert head_step[:2].max().item() == pytest.approx(0.01 * scale, rel=1e-3)
+        assert head_step[2:].max().item() == 0
+    # the prompts at the full lr: their first step is lr (the prompt starts uniform; compare a twin)
+    a = METHODS["hide_prompt"](context(epochs=1), **HIDE)
+    b = METHODS["hide_prompt"](context(epochs=0), **HIDE)
+    a.learn(one_step)
+    b.learn(one_step)
+    assert (a.e_prompts.detach() - b.e_prompts.detach()).abs().max().item() == pytest.approx(0.01, rel=1e-3)
