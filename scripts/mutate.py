@@ -201,6 +201,13 @@ MUTATIONS: tuple[Mutation, ...] = (
              "            self._store(x, y)   # each incoming batch after its step, as the reference's observe()\n",
              "",
              ("tests/test_fidelity_replay.py::test_gmed_offline_task_offers_each_batch_to_the_memory_after_its_step",)),
+    # LwF's Avalanche options (issue 28): 0.6 distils the union of the old classes; task label 0 only
+    Mutation("lwf-avalanche-0.6-latest-only", "methods/lwf.py",
+             "                finished |= set(self.avalanche_units)\n", "                pass\n",
+             ("tests/test_fidelity_replay.py::test_lwf_avalanche_distils_the_units_of_the_finished_experiences",)),
+    Mutation("lwf-avalanche-every-task-label", "methods/lwf.py",
+             "if not (self.labels.task_il and len(self.labels.tasks) > 1):", "if True:",
+             ("tests/test_fidelity_replay.py::test_lwf_avalanche_distils_the_units_of_the_finished_experiences",)),
     # issue 29 items 3-6: LAE, HiDe-Prompt, L2P, DualPrompt as their reference code runs them
     Mutation("lae-offline-from-untrained", "methods/lae.py",
              "if self.offline is None and not first:", "if False:",

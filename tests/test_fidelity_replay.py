@@ -263,3 +263,54 @@ def test_gmed_offline_task_offers_each_batch_to_the_memory_after_its_step():
     gmed.learn(experience([2, 3], seed=1))
     # replay from the second step; task 2's second step already holds task 2's first batch
     assert held == [[0, 1, 0, 1], [0, 1] * 4, [0, 1] * 4 + [2, 3, 2, 3]]
+
+
+# --- LwF's Avalanche options (Avalanche 0.2.1 plugins/lwf.py, 0.6 training/regularization.py) --------------
+
+def _units_while_training(lwf, tasks, setting):
+    """Avalanche's distilled units as each task's training starts (training itself skipped)."""
+    during = []
+    lwf.fit = lambda batches, *a, **k: during.append(list(lwf.distilled_units) if lwf.old_model else None)
+    for t, classes in enumerate(tasks):
+        lwf.learn(experience(list(classes), task_id=t if setting is clh.Setting.TASK_IL else None, seed=t))
+    return during
+
+
+@pytest.mark.parametrize("setting, loss, expected", [
+    # 0.2.1: prev_classes["0"] rewritten after every experience: the latest finished one's classes
+    (clh.Setting.CLASS_IL, "avalanche-0.2.1", [None, [0, 1], [2, 3]]),
+    # 0.6: prev_classes_by_task[0], the union of the finished experiences: every old class
+    (clh.Setting.CLASS_IL, "avalanche-0.6", [None, [0, 1], [0, 1, 2, 3]]),
+    # task labels on a single head: task label 0 only, the first experience's classes, in both releases
+    (clh.Setting.TASK_IL, "avalanche-0.2.1", [None, [0, 1], [0, 1]]),
+    (clh.Setting.TASK_IL, "avalanche-0.6", [None, [0, 1], [0, 1]]),
+])
+def test_lwf_avalanche_distils_the_units_of_the_finished_experiences(setting, loss, expected):
+    tasks = ((0, 1), (2, 3), (4, 5))
+    torch.manual_seed(0)
+    lwf = METHODS["lwf"](ctx(num_classes=6, setting=setting, task_classes=tasks if setting is clh.Setting.TASK_IL
+                             else ()), lwf_loss=loss)
+    assert _units_while_training(lwf, tasks, setting) == expected
+
+
+def test_lwf_avalanche_loss_on_the_distilled_units_by_hand():
+    torch.manual_seed(0)
+    lwf = METHODS["lwf"](ctx(num_classes=6), lwf_loss="avalanche-0.6", lwf_lambda=2.0, temperature=2.0)
+    _units_while_training(lwf, ((0, 1), (2, 3), (4, 5)), clh.Setting.CLASS_IL)
+    x, y = torch.randn(3, 1, 2, 2), torch.tensor([4, 5, 4])
+    with torch.no_grad():
+        new, old = lwf.model(x), lwf.old_model(x)
+        u = [0, 1, 2, 3]
+        q, log_p = F.softmax(old[:, u] / 2.0, 1), F.log_softmax(new[:, u] / 2.0, 1)
+        expected = hand_ce(new, y) + 2.0 * (q * (q.log() - log_p)).sum(1).mean()   # CE + alpha KL(q || p)
+        assert lwf.loss(x, y).item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_lwf_old_avalanche_spelling_is_read_as_0_2_1_with_a_warning():
+    from clharness.engine.runner import resolve_hparams
+    with pytest.warns(FutureWarning, match="avalanche-0.2.1"):
+        hp = resolve_hparams(METHODS["lwf"], {"lwf_loss": "avalanche"})
+    assert hp["lwf_loss"] == "avalanche-0.2.1"          # the record key holds the new name
+    with pytest.warns(FutureWarning):
+        lwf = METHODS["lwf"](ctx(), lwf_loss="avalanche")
+    assert lwf.hp["lwf_loss"] == "avalanche-0.2.1"

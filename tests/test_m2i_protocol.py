@@ -139,13 +139,12 @@ def _lwf_by_hand(y, units, alpha, T):
 def test_lwf_avalanche_loss_by_hand(setting, units, T):
     ctx = clh.Context(setting, 4, (1, 1, 1), backbone_factory=lambda: MLP((1, 1, 1)),
                       task_classes=((0, 1), (2, 3)) if setting is clh.Setting.TASK_IL else ())
-    lwf = METHODS["lwf"](ctx, lwf_loss="avalanche", lwf_lambda=2.0, temperature=T)
-    lwf.labels.tasks = [(0, 1), (2, 3)]                       # two finished experiences
+    lwf = METHODS["lwf"](ctx, lwf_loss="avalanche-0.2.1", lwf_lambda=2.0, temperature=T)
+    lwf.labels.tasks = [(0, 1), (2, 3)]
+    lwf.avalanche_units = units                               # prev_classes["0"] (tests/test_fidelity_replay.py)
     lwf.model = lambda x: x                                   # the "inputs" are the new logits
     lwf.old_model = lambda x: torch.tensor([OLD])
     x = torch.tensor([NEW])
-    # class-incremental: the latest experience's classes; task-incremental: the first's (prev_classes["0"])
-    assert lwf.distilled_units == units
     assert float(lwf.loss(x, torch.tensor([2]))) == pytest.approx(_lwf_by_hand(2, units, 2.0, T), rel=1e-6)
     lwf.old_model = None                                      # first task: cross-entropy alone
     assert float(lwf.loss(x, torch.tensor([2]))) == pytest.approx(-math.log(_softmax(NEW, 1.0)[2]), rel=1e-6)
@@ -158,8 +157,8 @@ def test_lwf_default_loss_is_unchanged_and_keeps_old_keys():
     default = Case("q", spec, "lwf", 0, clharness.engine.runner.resolve_hparams(lwf, {}))
     assert default.hparams["lwf_loss"] == "li-hoiem"
     assert "lwf_loss" not in default.definition(lwf, versions())["hparams"]
-    avalanche = Case("q", spec, "lwf", 0, clharness.engine.runner.resolve_hparams(lwf, {"lwf_loss": "avalanche"}))
-    assert avalanche.definition(lwf, versions())["hparams"]["lwf_loss"] == "avalanche"
+    avalanche = Case("q", spec, "lwf", 0, clharness.engine.runner.resolve_hparams(lwf, {"lwf_loss": "avalanche-0.2.1"}))
+    assert avalanche.definition(lwf, versions())["hparams"]["lwf_loss"] == "avalanche-0.2.1"
 
 
 # --- EWC in Avalanche's separate mode -----------------------------------------------------------
@@ -230,7 +229,7 @@ lr = 0.05
 momentum = 0.9
 lwf_lambda = 2.0
 temperature = 1.0
-lwf_loss = "avalanche"
+lwf_loss = "avalanche-0.2.1"
 '''
 
 
@@ -256,4 +255,4 @@ def test_m2i_mini_runs_under_the_authors_protocol_quick(pytester, tmp_path):
         assert r["metrics"]["bwt"] == pytest.approx(M.bwt(R))
     hp = {r["method"]: r["hparams"] for r in records}
     assert hp["ewc"]["ewc_mode"] == "separate" and hp["ewc"]["ewc_fisher"] == "minibatch"
-    assert hp["lwf"]["lwf_loss"] == "avalanche"
+    assert hp["lwf"]["lwf_loss"] == "avalanche-0.2.1"
