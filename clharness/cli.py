@@ -87,9 +87,11 @@ def main(argv: list[str] | None = None) -> int:
                                       ".github/workflows/clharness.yml (pytest; scorecard and report as artifacts).")
     init.add_argument("name", metavar="NAME", help="method name = package import name (a Python identifier)")
     init.add_argument("--dir", default=".", metavar="PARENT", help="create NAME inside PARENT (default: .)")
-    init.add_argument("--clharness", default=None, metavar="REQUIREMENT",
-                      help="how the package and its CI install clharness, a pip requirement (default: the VCS "
-                           "URL and commit this clharness was installed from, else 'clharness' from PyPI)")
+    init.add_argument("--clharness", default=None, metavar="REQUIREMENT|URL|PATH",
+                      help="how the package, its README and its CI install clharness (not on PyPI): a pip "
+                           "requirement, a git URL or a local clharness checkout (default: the VCS URL and "
+                           "commit this clharness was installed from, else the Repository URL of its "
+                           "package metadata, git+https://github.com/clharness/clharness)")
 
     data = sub.add_parser("data", help="datasets: check what a suite needs, fetch what can be downloaded")
     data_sub = data.add_subparsers(dest="data_command", required=True)

@@ -5,6 +5,10 @@ README by tests/test_scaffold.py) with its names replaced. The package registers
 the ``clharness`` entry-point group; its suite runs the quickstart's scenario with gates against
 ``finetune`` and ``er``; its test runs that suite with ``--clh-quick`` in a pytest subprocess,
 writing the scorecard JSON that the workflow uploads with the HTML report.
+
+clharness is not on PyPI: the package, its README and its CI install it from its git repository (the
+``Repository`` URL of clharness's own package metadata, or the VCS URL and commit this copy was
+installed from) or from a local path, as ``clharness init --clharness`` says.
 """
 from __future__ import annotations
 
@@ -12,6 +16,9 @@ import importlib.util
 import keyword
 import re
 from pathlib import Path
+
+# pyproject.toml [project.urls] Repository, for an installed copy whose metadata predates it
+REPOSITORY = "https://github.com/clharness/clharness"
 
 # README.md, "Write a method", verbatim; render_method() renames `my_method.py`, `Mine` and "mine".
 METHOD_TEMPLATE = '''\
@@ -161,7 +168,7 @@ jobs:
         with:
           python-version: "3.11"
       - name: Install
-        run: |
+        run: |{local_note}
           python -m pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu
           python -m pip install "{requirement}"
           python -m pip install -e ".[test]"
@@ -187,13 +194,14 @@ jobs:
 README = '''\
 # {name}
 
-A continual-learning method packaged as a [clharness](https://pypi.org/project/clharness/) plugin.
+A continual-learning method packaged as a [clharness]({repository}) plugin.
 
 ```bash
+python -m pip install "{requirement}"   # clharness itself (not on PyPI)
 python -m pip install -e ".[test]"
-python -m pytest                                   # the {name} suite, quick budgets, with its gates
-pytest --clh-suite {name} --clh-scorecard s.json   # full budgets
-clharness report .clharness/results.sqlite --html report.html
+CLH_ARTIFACTS=clharness-artifacts python -m pytest   # the {name} suite, quick budgets, with its gates
+clharness report clharness-artifacts/results.sqlite --html clharness-artifacts/report.html
+pytest --clh-suite {name} --clh-scorecard s.json     # full budgets (runs kept in .clharness/results.sqlite)
 ```
 
 The method is `{name}/method.py`; the suite and its gates are `{name}/suites/{name}.toml`;
@@ -224,23 +232,54 @@ def check_name(name: str) -> None:
                             "package would shadow it or be shadowed. Pick another name")
 
 
+def repository_url() -> str:
+    """clharness's git repository: the ``Repository`` Project-URL of the installed distribution's
+    metadata (pyproject.toml [project.urls]), else :data:`REPOSITORY`."""
+    from importlib import metadata
+    try:
+        urls = metadata.metadata("clharness").get_all("Project-URL") or []
+    except metadata.PackageNotFoundError:
+        urls = []
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() in ("repository", "source", "source code") and url.strip():
+            return url.strip()
+    return REPOSITORY
+
+
 def default_requirement() -> str:
     """How the new package (and its CI) should install clharness: the VCS URL and commit this copy
     was installed from when pip recorded one (PEP 610 direct_url.json), so CI tests against the same
-    harness; otherwise the PyPI name. A local or editable install has no URL CI could reach."""
+    harness; an sdist or wheel URL it was installed from; otherwise clharness's git repository
+    (:func:`repository_url`). clharness is not on PyPI, and a local or editable install has no URL
+    CI could reach."""
     import json
     from importlib import metadata
     try:
         direct = json.loads(metadata.distribution("clharness").read_text("direct_url.json") or "{}")
     except (metadata.PackageNotFoundError, ValueError):
-        return "clharness"
+        direct = {}
     vcs = direct.get("vcs_info")
     if vcs and direct.get("url"):
         commit = vcs.get("commit_id") or vcs.get("requested_revision")
         return f"clharness @ {vcs.get('vcs', 'git')}+{direct['url']}" + (f"@{commit}" if commit else "")
     if direct.get("url", "").startswith(("http://", "https://")):   # an sdist or wheel URL
         return f"clharness @ {direct['url']}"
-    return "clharness"
+    return f"clharness @ git+{repository_url()}"
+
+
+def requirement_from(spec: str) -> str:
+    """``--clharness``: a pip requirement naming clharness, a git URL (``git+https://...`` or an
+    ``https://`` repository URL) or a local clharness checkout (a folder with pyproject.toml)."""
+    spec = spec.strip()
+    if spec.startswith(("git+", "file:")):
+        return f"clharness @ {spec}"
+    if re.match(r"https?://", spec):
+        return f"clharness @ {spec}" if spec.endswith((".whl", ".tar.gz", ".zip")) else f"clharness @ git+{spec}"
+    path = Path(spec).expanduser()
+    if (path / "pyproject.toml").is_file():
+        return f"clharness @ {path.resolve().as_uri()}"
+    return spec
 
 
 def check_requirement(requirement: str) -> None:
@@ -255,10 +294,15 @@ def check_requirement(requirement: str) -> None:
                             "install the clharness distribution")
 
 
-def files(name: str, requirement: str = "clharness") -> dict[str, str]:
+def files(name: str, requirement: str | None = None) -> dict[str, str]:
     """Relative path -> content of the package for ``name``; ``requirement`` is how its
-    pyproject and CI install clharness."""
-    fill = {"name": name, "dist": f"clharness-{name.replace('_', '-')}", "requirement": requirement}
+    pyproject, README and CI install clharness (default: default_requirement())."""
+    requirement = requirement or default_requirement()
+    local = "file:" in requirement
+    fill = {"name": name, "dist": f"clharness-{name.replace('_', '-')}", "requirement": requirement,
+            "repository": repository_url(),
+            "local_note": ("\n          # clharness from a local path, which CI cannot reach: run `clharness init "
+                           "--clharness git+URL` or edit the next lines" if local else "")}
     return {
         "pyproject.toml": PYPROJECT.format(**fill),
         "README.md": README.format(**fill),
@@ -274,7 +318,7 @@ def files(name: str, requirement: str = "clharness") -> dict[str, str]:
 def scaffold(name: str, parent: Path | str = ".", requirement: str | None = None) -> Path:
     """Write the package ``parent/name`` and return its folder. ``requirement``: how it installs
     clharness (default: default_requirement())."""
-    requirement = requirement or default_requirement()
+    requirement = requirement_from(requirement) if requirement else default_requirement()
     check_requirement(requirement)
     root = Path(parent) / name
     if root.exists():   # first: an existing folder in the current directory may also be importable

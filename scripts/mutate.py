@@ -319,6 +319,13 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("compare-mismatch-not-fatal", "clharness/reporting/compare.py",
              "return bool(self.regressions or self.mismatches)", "return bool(self.regressions)",
              ("tests/test_trust_compare.py::test_a_row_on_one_side_only_fails",)),
+    # scaffold (issue 27 item 6): clharness is not on PyPI; init installs it from git or a local path
+    Mutation("scaffold-default-from-pypi", "clharness/scaffold.py",
+             'return f"clharness @ git+{repository_url()}"', 'return "clharness"',
+             ("tests/test_trust_scaffold.py::test_default_requirement_is_the_git_repository_not_pypi",)),
+    Mutation("scaffold-path-not-a-file-url", "clharness/scaffold.py",
+             'return f"clharness @ {path.resolve().as_uri()}"', "return spec",
+             ("tests/test_trust_scaffold.py::test_clharness_option_takes_a_requirement_a_url_or_a_path",)),
 )
 
 

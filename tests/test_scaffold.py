@@ -95,10 +95,11 @@ def test_a_bad_clharness_requirement_is_refused(tmp_path, capsys, spec, why):
 @pytest.mark.parametrize("direct, expected", [
     ({"url": "https://github.com/lab/clharness", "vcs_info": {"vcs": "git", "commit_id": "abc123"}},
      "clharness @ git+https://github.com/lab/clharness@abc123"),
-    ({"url": "file:///home/me/clharness", "dir_info": {"editable": True}}, "clharness"),   # CI cannot reach it
+    # CI cannot reach a local copy, and clharness is not on PyPI: its git repository (issue 27 item 6)
+    ({"url": "file:///home/me/clharness", "dir_info": {"editable": True}}, "clharness @ git+https://github.com/clharness/clharness"),
     ({"url": "https://files.example.org/clharness-0.1.tar.gz", "archive_info": {}},
      "clharness @ https://files.example.org/clharness-0.1.tar.gz"),
-    (None, "clharness"),
+    (None, "clharness @ git+https://github.com/clharness/clharness"),
 ])
 def test_default_requirement_follows_how_clharness_was_installed(monkeypatch, direct, expected):
     import json
