@@ -246,7 +246,7 @@ def test_derpp_concat_forward_is_one_pass_over_stream_and_both_memory_draws():
             else:                                    # each batch normalised alone
                 s, o1, o2 = d.model(x), d.model(xm), d.model(xm)
         hand = hand_ce(s, y) + 0.3 * ((o1 - zm) ** 2).mean() + 0.7 * hand_ce(o2, ym)
-        assert float(loss) == pytest.approx(float(hand), rel=1e-5)
+        assert float(loss.detach()) == pytest.approx(float(hand), rel=1e-5)
         assert torch.allclose(logits, s, atol=1e-6)
     assert losses["concat"] != pytest.approx(losses["separate"], rel=1e-3)   # BatchNorm sees other batches
 
