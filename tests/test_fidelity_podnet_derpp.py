@@ -263,5 +263,5 @@ def test_derpp_forward_modes_agree_without_batchnorm():
                           backbone_factory=lambda: MLP((1, 2, 2), hidden=5, layers=1))
         d = DERpp(ctx, forward=forward)
         d.store(xm, ym, zm)
-        losses.append(float(d.step_loss(x, y)[0]))
+        losses.append(float(d.step_loss(x, y)[0].detach()))
     assert losses[0] == pytest.approx(losses[1], rel=1e-6)
