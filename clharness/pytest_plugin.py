@@ -319,7 +319,12 @@ class ClhSession:
         record = next((RunRecord.from_json(v) for n, v in report.user_properties if n == RECORD_PROPERTY), None)
         if record is None:
             return None
-        stored = " (stored)" if any(n == REUSED_PROPERTY for n, _ in report.user_properties) else ""
+        stored = ""
+        if any(n == REUSED_PROPERTY for n, _ in report.user_properties):
+            import datetime
+            when = datetime.datetime.fromtimestamp(record.finished_at).strftime("%Y-%m-%d %H:%M") \
+                if record.finished_at else "?"
+            stored = f" (reused: stored {when}, key {record.key})"
         if record.status == "passed":
             acc = record.metrics.get("final_acc", float("nan"))
             return "passed", ".", (f"PASSED{stored} final_acc={acc:.3f} train={record.train_seconds:.1f}s",

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
+from clharness.toolkit import training
 from clharness.toolkit.backbones import MLP
 from test_methods_reference import METHODS, accuracy, context, digits, run, split   # noqa: F401 (fixture)
 
@@ -210,7 +211,7 @@ def test_xder_replay_updates_stored_future_logits_during_training(digits):
     z0 = xder.buffer_logits.clone()
     xder.labels.add(exps[1])
     xder.class_task[list(exps[1].classes)] = 1
-    xder.trainer = clh.training.Trainer.for_method(xder)
+    xder.trainer = training.Trainer.for_method(xder)
     # the first step sees the weights that wrote the memory, so its transplant reproduces it; later
     # steps see moved weights
     for step, (x, y) in zip(range(4), exps[1].batches()):

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
+from clharness.toolkit import training
 from clharness.toolkit.backbones import timm_backbone
 from clharness.data.base import TensorData
 from clharness.data.synthetic import Synthetic
@@ -306,7 +307,7 @@ def test_l2p_surrogate_loss_pulls_the_selected_keys_towards_the_queries(data):
     assert untouched.sum() >= 6 and grad[untouched].abs().sum() == 0 and (grad[chosen].abs().sum(1) > 0).all()
     assert method.pool.prompts.grad[untouched].abs().sum() == 0
     method.pool.zero_grad()
-    method.labels = clh.training.TaskLabels(method.context)
+    method.labels = training.TaskLabels(method.context)
     before = F.cosine_similarity(q[:, None], method.pool.keys.detach()[None, chosen], dim=2).mean()
     method.learn(exp)
     after = F.cosine_similarity(q[:, None], method.pool.keys.detach()[None, chosen], dim=2).mean()

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
+from clharness.toolkit import training
 from clharness.toolkit.vit_prompts import embed, forward_blocks
 from clharness_methods import REFERENCE_METHODS
 from test_ptm_methods import (CLASSES, accuracy, context, data, experiences, pretrained,  # noqa: F401
@@ -241,7 +242,7 @@ def test_pgp_prompt_and_key_gradients_are_orthogonal_to_the_stored_subspaces(dat
     torch.testing.assert_close(g_p, raw_p - raw_p @ U @ U.T)
     torch.testing.assert_close(g_k + raw_k @ V @ V.T, raw_k)            # only the subspace part is removed
     method.pool.zero_grad()
-    method.labels = clh.training.TaskLabels(method.context)
+    method.labels = training.TaskLabels(method.context)
     method.labels.add(exps[0])
     method.learn(exps[1])                                              # the subspaces grow with the task
     assert method.prompt_space.basis.shape[1] >= U.shape[1] and method.key_space.basis.shape[1] >= V.shape[1]

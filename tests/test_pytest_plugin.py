@@ -204,10 +204,11 @@ def test_stored_runs_are_reused_and_clh_fresh_reruns_them(run, pytester):
     stored = ResultsStore(pytester.path / ".clharness/results.sqlite").records()
     assert len(stored) == 1
     second = run(*args)
-    assert "clharness: 1 runs, 1 reused" in second.stdout.str() and "PASSED (stored)" in second.stdout.str()
+    out = second.stdout.str()
+    assert "clharness: 1 runs, 1 reused" in out and "PASSED (reused: stored " in out and f"key {stored[0].key})" in out
     fresh = run(*args, "--clh-fresh")
     fresh.assert_outcomes(passed=1)
-    assert "clharness: 1 runs, 0 reused" in fresh.stdout.str() and "(stored)" not in fresh.stdout.str()
+    assert "clharness: 1 runs, 0 reused" in fresh.stdout.str() and "(reused:" not in fresh.stdout.str()
     rerun, = ResultsStore(pytester.path / ".clharness/results.sqlite").records()
     assert rerun.key == stored[0].key and rerun.session != stored[0].session   # trained again, replaced
 

@@ -151,6 +151,9 @@ def run_gate(session, unit: Unit) -> None:
         ok = False
         lines.append(f"FAIL {len(missing)} judged case(s) have no record (not run in this session and not in "
                      f"{session.options.results}, or still running after the gate timeout)")
+    if not ok:   # say why the judged runs that did not pass did not (an error, a dead worker)
+        lines += [f"  {r.case_id}: {r.status}: {(r.message or '').splitlines()[0] if r.message else ''}"
+                  for r in records if r.status != "passed"]
     unit.properties.append((outcomes.GATE, "\n".join(lines)))
     if not ok:
         raise outcomes.Failed(f"gate failed: {gate.text}\n" + "\n".join(lines))
