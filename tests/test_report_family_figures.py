@@ -108,8 +108,10 @@ def test_metric_without_any_effect_gets_no_chart():
 
 
 def test_m2i_text_section_is_the_effect_table():
-    [(title, text)] = m2i_html.text_sections(curriculum_records(), "github")
-    assert "M2I minus I2M" in title and "| M2I - I2M" in text and text.count("| er ") == 3
+    # the paper's metrics per method come first (issue 30 item 10: tests/test_m2i_paper_metrics.py)
+    [(paper_title, _), (title, text)] = m2i_html.text_sections(curriculum_records(), "github")
+    assert "metrics of the paper" in paper_title
+    assert "M2I minus I2M" in title and "| M2I - I2M" in text and text.count("| er ") == 4   # acc, bwt, bwt_authors, fwt
 
 
 def test_m2i_and_i2m_suites_of_one_store_pair_on_the_page(tmp_path, monkeypatch):

@@ -9,8 +9,9 @@ Preprocessing, as in the paper's section 3 and 4.1 and its public code
 - classes balanced within each task and split: majority classes are cut down to the minority size,
   at most ``max_train_per_class`` / ``max_test_per_class`` images (500 in the paper) per class (a
   seeded random subset, the same for a dataset whatever its position in the curriculum);
-- each task normalised with its own train split's channel statistics (the public code has one
-  ``Normalize`` per dataset);
+- each task normalised with its own train split's channel statistics under ``protocol = "textbook"``
+  (the paper's text names no constants); under ``protocol = "authors"`` with the fixed constants of the
+  public code (``AUTHORS_NORMALIZATION``, below);
 - global labels 0..59 in curriculum order (task t owns 10t..10t+9); task-incremental evaluation masks
   the logits to the task's ten classes, i.e. one head per task.
 
@@ -26,7 +27,12 @@ that move every table:
   R[t,e] - R[t-1,e]) is every record's ``bwt_authors`` metric, shown beside eq. 2's ``bwt``. The
   strategy side of their code is set in the suites' ``[hparams]`` (Table 9): ``ewc_mode = "separate"``
   with ``ewc_fisher = "minibatch"`` (Avalanche's EWCPlugin) and ``lwf_loss = "avalanche"`` (Avalanche's
-  LwFPlugin). Deliberate difference: their models have ``num_classes: 60`` outputs in task-incremental
+  LwFPlugin). Inputs are normalised with the public code's fixed constants per dataset
+  (``AUTHORS_NORMALIZATION``, from ``scenarios/datasets/*.py``, the ``*_with_resize`` transforms its
+  scenarios use), not each task's statistics: MNIST and Fashion-MNIST (0.1307, 0.3081), Omniglot and
+  CIFAR-10 (0.9221, 0.2681), SVHN and Tiny ImageNet none ([0, 1] pixels), one value for all three
+  channels. A task name outside the six (a suite's own ``sources``) keeps its own statistics, and an
+  explicit ``normalize`` other than "dataset" wins over both. Deliberate difference: their models have ``num_classes: 60`` outputs in task-incremental
   runs too, 50 of which are never a target; we keep the ten that are.
 
 The ten Tiny ImageNet classes are selected by wnid and the ten Omniglot characters by name, never by
@@ -77,6 +83,19 @@ DEFAULT_SOURCES = {
 }
 assert tuple(DEFAULT_SOURCES) == CURRICULA["m2i"], "names.M2I_ORDER and DEFAULT_SOURCES disagree"
 
+# protocol = "authors": the public code's Normalize(mean, std) per dataset, applied after ToTensor
+# (pixels in [0, 1]) and the grey-to-RGB copy, one value broadcast over the channels
+# (lifelonglab/M2I_I2M_benchmark scenarios/datasets/{mnist,omniglot,fashion_mnist,svhn,cifar,
+# load_imagenet}.py; CIFAR-10 reuses Omniglot's constants and Fashion-MNIST MNIST's, as there).
+AUTHORS_NORMALIZATION = {
+    "mnist": ([0.1307], [0.3081]),
+    "omniglot": ([0.9221], [0.2681]),
+    "fashion-mnist": ([0.1307], [0.3081]),
+    "svhn": ([0.0], [1.0]),            # ToTensor and Resize only
+    "cifar10": ([0.9221], [0.2681]),
+    "tinyimagenet": ([0.0], [1.0]),    # ToTensor only
+}
+
 OPTIONS = {
     "curriculum": ((str, list), "m2i"),   # "m2i", "i2m" or a list of task names in learning order
     "sources": (dict, {}),                # task name -> {dataset = "...", <its options>}
@@ -118,6 +137,16 @@ def check(spec: ScenarioSpec) -> None:
 def shared_head(spec: ScenarioSpec) -> bool:
     """The authors' task-incremental protocol: labels 0-9 in every task, one 10-way head."""
     return spec.options["protocol"] == "authors" and spec.setting_enum is Setting.TASK_IL
+
+
+def task_normalization(spec: ScenarioSpec, name: str, train_sub) -> tuple[list[float], list[float]]:
+    """(mean, std) of one curriculum task: the authors' constants for the six datasets under
+    ``protocol = "authors"`` (unless the scenario sets its own ``normalize``), else the scenario's
+    ``normalize`` (default "dataset": this task's train statistics)."""
+    if spec.options["protocol"] == "authors" and spec.normalize == "dataset" and name in AUTHORS_NORMALIZATION:
+        mean, std = AUTHORS_NORMALIZATION[name]
+        return list(mean), list(std)
+    return normalization(spec, train_sub)
 
 
 def _load(name: str, entry: dict, t: int, T: int, datasets, root, download):
@@ -189,7 +218,7 @@ def build(spec: ScenarioSpec, datasets, seed: int, device: torch.device,
                                ((train, train_idx), (test, test_idx)))
         train_sub.labels = train_sub.labels + offset
         test_sub.labels = test_sub.labels + offset
-        mean, std = normalization(spec, train_sub)   # the scenario's normalize (default: this task's statistics)
+        mean, std = task_normalization(spec, name, train_sub)
         wrap = [TensorData(ds, mean, std, device, image_size=image_size, channels=channels, recipe=recipe)
                 for ds in (train_sub, test_sub)]
         if wrap[0].images.shape[1] not in (1, channels):
@@ -207,7 +236,9 @@ def build(spec: ScenarioSpec, datasets, seed: int, device: torch.device,
 
 
 def report_sections(records, fmt, harness) -> list[tuple[str, str]]:
-    """``clharness report``: the curriculum effect table (M2I minus I2M) when records hold paired runs."""
+    """``clharness report``: the paper's metrics per method (ACC eq. 1, BWT eq. 2 and the authors'
+    code's BWT beside it, FWT eq. 3 for task-incremental runs), then the curriculum effect table
+    (M2I minus I2M) when records hold paired runs."""
     from . import report_html
     return report_html.text_sections(records, fmt)
 
@@ -223,3 +254,22 @@ def page_html_sections(records, page, harness) -> list[tuple[str, str]]:
     any suite of the page (an ``m2i`` suite with an ``i2m`` suite), each pair drawn once."""
     from . import report_html
     return report_html.html_sections(records, page)
+
+
+def terminal_summary(clh, terminalreporter) -> None:
+    """The paper's metrics and the curriculum effect of the session's curriculum runs at session end."""
+    from . import report_html
+    for title, text in report_html.text_sections(clh.records, "github"):
+        terminalreporter.section(f"clharness {title}")
+        terminalreporter.write_line(text)
+
+
+def write_scorecard(path, records, harness) -> None:
+    """A .md --clh-scorecard gets the paper's metrics and the curriculum effect appended (.json and .csv
+    already hold every run's acc, bwt, bwt_authors and fwt)."""
+    from . import report_html
+    path = Path(path)
+    sections = report_html.text_sections(records, "github") if path.suffix == ".md" else []
+    if sections:
+        with open(path, "a") as fh:
+            fh.write("".join(f"\n## {title}\n\n{text}\n" for title, text in sections))
