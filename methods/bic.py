@@ -79,7 +79,7 @@ class BiC(ExemplarLearner):
         "learning-rate schedule: the harness's",
         "stage2_mode='eval' option: BatchNorm statistics frozen in stage 2",
     )
-    version = "2"      # 2: stage 2 in train mode (PyCIL)
+    version = "3"  # 3: GTEP Table 3 first task with the sampled scheduler kind (issue 30 item 1); 2: stage 2 in train mode (PyCIL)
     hparams = {**{k: v for k, v in incremental_space().items() if k != "rehearsal"},   # its own split
                "temperature": clh.Float(0.5, 10.0, default=2.0),
                "kd_lambda": clh.Float(0.0, 10.0, default=0.0),

@@ -38,7 +38,7 @@ class ICaRL(ExemplarLearner):
         "learning-rate schedule: the harness's (PyCIL: MultiStepLR [80, 120] of 170 epochs)",
         "rehearsal='balanced' option: exemplars in a fixed share of the task's batches",
     )
-    version = "2"      # 2: one shuffled loader over task data + exemplars (PyCIL's optimizer steps)
+    version = "3"  # 3: GTEP Table 3 first task with the sampled scheduler kind (issue 30 item 1); 2: one shuffled loader over task data + exemplars (PyCIL's optimizer steps)
     hparams = {**incremental_space(),
                "temperature": clh.Float(0.5, 10.0, default=2.0),
                "kd_lambda": clh.Float(0.0, 10.0, default=1.0),

@@ -250,7 +250,7 @@ class PODNet(ExemplarLearner):
     reports for PODNet; the authors' ``podnet_nme_cifar100.yaml``) or the LSC outputs (``"cnn"``, the
     authors' ``podnet_cnn`` configs)."""
     name = "podnet"
-    version = "2"   # 2: the authors' NCA, imprinted proxies, classifier-only fine-tuning (issue 28)
+    version = "3"  # 3: GTEP Table 3 first task with the sampled scheduler kind (issue 30 item 1); 2: the authors' NCA, imprinted proxies, classifier-only fine-tuning (issue 28)
     paper = ("Douillard, Cord, Ollion, Robert & Valle, PODNet: Pooled Outputs Distillation for "
              "Small-Tasks Incremental Learning, ECCV 2020")
     reference = "arthurdouillard/incremental_learning.pytorch: inclearn/models/podnet.py"

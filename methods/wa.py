@@ -62,7 +62,7 @@ class WA(ExemplarLearner):
         "rehearsal='balanced' option: exemplars in a fixed share of the task's batches",
     )
     # 2: joint rehearsal (one loader over data + exemplars); the authors' L1 norm, gamma <= 1, no FC bias
-    version = "2"
+    version = "3"  # 3: GTEP Table 3 first task with the sampled scheduler kind (issue 30 item 1)
     hparams = {**incremental_space(),
                "temperature": clh.Float(0.5, 10.0, default=2.0),
                "kd_lambda": clh.Float(0.0, 10.0, default=0.0),

@@ -340,6 +340,11 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("scaffold-path-not-a-file-url", "clharness/scaffold.py",
              'return f"clharness @ {path.resolve().as_uri()}"', "return spec",
              ("tests/test_trust_scaffold.py::test_clharness_option_takes_a_requirement_a_url_or_a_path",)),
+    # GTEP (issue 30 item 1): Table 3's first task keeps the sampled scheduler kind for exemplar methods
+    Mutation("gtep-exemplar-first-task-forces-steplr", "clharness/toolkit/exemplars.py",
+             'kind, epochs = hp.get("scheduler", "constant"), int(spec["epochs"])',
+             'kind, epochs = "steplr", int(spec["epochs"])',
+             ("tests/test_gtep_protocol_round2.py::test_first_task_of_exemplar_methods_follows_table3_with_the_sampled_scheduler",)),
 )
 
 

@@ -16,7 +16,6 @@ network from scratch with a fixed exemplar budget (iCaRL, BiC, WA, PODNet; PyCIL
 """
 from __future__ import annotations
 
-import bisect
 import copy
 import math
 
@@ -253,23 +252,25 @@ class ExemplarLearner(SupervisedMethod):
         return logits if y is None else self.labels.mask(logits, y)
 
     def task_trainer(self, params=None, first: bool | None = None) -> tuple[Trainer, int]:
-        """The optimizer for this task and its number of epochs: the suite's fixed first-task
-        schedule (MultiStepLR over its milestones) on the first task when it gives one, the
-        method's own optimizer hyperparameters otherwise."""
+        """The optimizer for this task and its number of epochs: on the first task, the suite's
+        fixed first-task training when it gives one (GTEP Table 3: init epochs, lr and weight decay;
+        the configuration's scheduler kind, over the init epochs, with the init milestones and decay
+        "only applied when 'StepLR' is selected"), the method's own optimizer hyperparameters
+        otherwise."""
         first = (len(self.labels.tasks) == 1) if first is None else first
         spec = first_task_schedule(self.context) if first else None
         if spec is None:
             return Trainer.for_method(self, params), self.context.epochs
+        hp = self.hp
         overrides = {"lr": spec["lr"], "scheduler": "constant"}
         if "weight_decay" in spec:
             overrides["weight_decay"] = spec["weight_decay"]
         trainer = Trainer.for_method(self, params, **overrides)
-        marks, decay = sorted(spec.get("milestones", ())), spec.get("lr_decay", 0.1)
-        if marks and self.labels.epoch_steps:
-            trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(
-                trainer.optimizer, lambda e: decay ** bisect.bisect_right(marks, e))
-            trainer.epoch_steps = self.labels.epoch_steps
-        return trainer, int(spec["epochs"])
+        kind, epochs = hp.get("scheduler", "constant"), int(spec["epochs"])
+        if kind != "constant" and self.labels.epoch_steps:
+            trainer.schedule(kind, epochs, self.labels.epoch_steps, lr_decay=spec.get("lr_decay", 0.1),
+                             marks=sorted(spec.get("milestones", ())))
+        return trainer, epochs
 
     def train_batches(self, experience: Experience, epochs: int):
         mx, my = self.memory.tensors()
