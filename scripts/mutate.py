@@ -319,6 +319,13 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("compare-mismatch-not-fatal", "clharness/reporting/compare.py",
              "return bool(self.regressions or self.mismatches)", "return bool(self.regressions)",
              ("tests/test_trust_compare.py::test_a_row_on_one_side_only_fails",)),
+    # STF (issue 30 item 13): Av. IR over the entire stream, exact
+    Mutation("stf-ir-sampled-past", "clharness/benchmarks/stf/kind.py",
+             "past = StreamPrefix(scenario.stream, seen) if exact else scenario.past(seen)", "past = scenario.past(seen)",
+             ("tests/test_stf_exact_ir.py::test_av_ir_is_the_mean_over_every_step_of_accuracy_on_all_past_observations",)),
+    Mutation("stf-ir-default-sampled", "clharness/benchmarks/stf/kind.py",
+             '"retention": (str, "exact"),', '"retention": (str, "sampled"),',
+             ("tests/test_stf_exact_ir.py",)),
     # M2I / I2M (issue 30 items 10, 11): the paper's metrics in the report, the authors' constants
     Mutation("m2i-authors-norm-per-task-stats", "clharness/benchmarks/m2i/kind.py",
              'if spec.options["protocol"] == "authors" and spec.normalize == "dataset" and name in AUTHORS_NORMALIZATION:',

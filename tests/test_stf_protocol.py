@@ -107,7 +107,8 @@ def test_info_retention_is_the_mean_accuracy_on_past_stream_observations(tmp_pat
     """Cai et al. 2021's information retention: at each evaluation point, accuracy on the stream
     instances observed so far (retention_samples = 0: all of them), averaged over the points; never
     the test split. The majority-so-far predictor makes it computable by hand."""
-    spec = _spec(tmp_path, "eval_points = 4\nstream_batch = 10\nretention_samples = 0")
+    # retention = "sampled": the per-point estimate (the paper's exact Av. IR: tests/test_stf_exact_ir.py)
+    spec = _spec(tmp_path, "eval_points = 4\nstream_batch = 10\nretention_samples = 0\nretention = \"sampled\"")
     scenario = _build(spec)
     from clharness.method import Context
     method = Recorder(Context(Setting.ONLINE, scenario.num_classes, scenario.input_shape))
@@ -183,7 +184,7 @@ def test_cpu_threads_apply_while_streaming_and_are_restored(tmp_path):
 def test_consolidate_runs_before_every_evaluation_and_counts_as_training(tmp_path):
     """GDumb-like methods retrain in consolidate(); the protocol calls it once before each
     evaluation point and before the final test, so no predict() ever meets unconsolidated state."""
-    scenario = _build(_spec(tmp_path, "eval_points = 4"))
+    scenario = _build(_spec(tmp_path, "eval_points = 4\nretention = \"sampled\""))   # exact: every step
     from clharness.method import Context
     method = Recorder(Context(Setting.ONLINE, scenario.num_classes, scenario.input_shape))
     calls = []
