@@ -352,6 +352,11 @@ MUTATIONS: tuple[Mutation, ...] = (
              'kind, epochs = hp.get("scheduler", "constant"), int(spec["epochs"])',
              'kind, epochs = "steplr", int(spec["epochs"])',
              ("tests/test_gtep_protocol_round2.py::test_first_task_of_exemplar_methods_follows_table3_with_the_sampled_scheduler",)),
+    # GTEP (issue 30 item 2): Tables 17-18's D^HT = ImageNet-R -> D^E = CUB-200 pair in the 200-class suite
+    Mutation("gtep-vit-200-without-imagenet-r-to-cub", "suites/gtep-vit-200.toml",
+             'name = "imr-cub-20"\ntask_config = "20-equal"\ntune_dataset = "imagenet-r"\neval_dataset = "cub200"',
+             'name = "imr-cub-20"\ntask_config = "20-equal"\ntune_dataset = "imagenet-r"\neval_dataset = "imagefolder"',
+             ("tests/test_gtep_protocol_round2.py::test_pretrained_suites_ship_every_pair_of_tables_15_to_22",)),
 )
 
 

@@ -49,3 +49,54 @@ def test_first_task_of_exemplar_methods_follows_table3_with_the_sampled_schedule
     assert step == pytest.approx([0.1, 0.1, 0.1, 0.01, 0.01, 0.01, 0.001, 0.001])
     _, _, constant = first_task_lrs(harness, method, "constant")
     assert constant == pytest.approx([0.1] * 8)
+
+
+# --- item 2: every D^HT -> D^E pair the paper reports for pretrained models, in 20 and 10 tasks --------
+SIDES = {"CUB-200": ("cub200", {}, []), "ImageNet-R": ("imagenet-r", {}, []),   # paper name -> dataset, options, classes
+         "ImageNet-A": ("imagefolder", {"path": "imagenet-a"}, []),
+         "CUB-100-1": ("cub200", {}, [0, 100]), "CUB-100-2": ("cub200", {}, [100, 200]),
+         "ImageNet-R-1": ("imagenet-r", {}, [0, 100]), "ImageNet-R-2": ("imagenet-r", {}, [100, 200]),
+         "ImageNet-A-2": ("imagefolder", {"path": "imagenet-a"}, [100, 200])}
+
+
+def paper_pairs():
+    """{(D^HT, D^E, tasks)} from the captions and column headings of Tables 15-22 (tests/data)."""
+    import re
+    pairs, dht = set(), None
+    for line in (DATA / "gtep_pretrained_pairs.txt").read_text().splitlines():
+        caption = re.match(r"^Table (1[5-9]|2[0-2]):.*D\^\{HT\} = \\text\{([^}]+)\}", line)
+        if caption:
+            dht = caption.group(2)
+            continue
+        heading = re.match(r"^(10|20) Tasks \(Acc / AvgAcc\)\t(.*)$", line)
+        if heading and dht:
+            for cell in heading.group(2).split("\t"):
+                name = re.search(r"([A-Za-z]+-[A-Za-z0-9-]+?)(?:\}\$)?$", cell.strip()).group(1)
+                pairs.add((dht, name, int(heading.group(1))))
+            dht = None
+    return pairs
+
+
+def suite_pairs(name):
+    from clharness.engine.suites import load_suite
+    out = set()
+    for s in load_suite(SUITES / f"{name}.toml").scenarios:
+        o = s.options
+        tasks = int(o["task_config"].split("-")[0])
+        out.add(repr(((o["tune_dataset"], dict(o["tune_dataset_options"]), list(o["tune_classes"])),
+                      (o["eval_dataset"], dict(o["eval_dataset_options"]), list(o["eval_classes"])), tasks)))
+    return sorted(out)
+
+
+def as_suite(pairs):
+    return sorted({repr((SIDES[a], SIDES[b], t)) for a, b, t in pairs})
+
+
+def test_pretrained_suites_ship_every_pair_of_tables_15_to_22():
+    pairs = paper_pairs()
+    assert len(pairs) == 2 * 2 * 2 + 2 * 3 * 2            # 200-class: 2 D^HT x 2 D^E x 2; 100-class: 2 x 3 x 2
+    assert ("ImageNet-R", "CUB-200", 20) in pairs and ("ImageNet-R", "CUB-200", 10) in pairs   # Tables 17-18
+    whole = {p for p in pairs if p[0] in ("CUB-200", "ImageNet-R")}   # Table 2 rows 1-2: whole datasets
+    halves = pairs - whole
+    assert suite_pairs("gtep-vit-200") == as_suite(whole)
+    assert suite_pairs("gtep-vit") == as_suite(halves)
