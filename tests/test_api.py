@@ -60,7 +60,7 @@ def test_a_case_run_by_pytest_is_reused_from_python(tmp_path):
 def test_run_refuses_a_bad_suite_before_training(tmp_path):
     with pytest.raises(Exception, match="quickstrat.*did you mean 'quickstart'"):
         clh.run("quickstrat", results=tmp_path / "r.sqlite")
-    with pytest.raises(LookupError, match="nosuch"):
+    with pytest.raises(Exception, match="method 'nosuch' is not registered"):
         clh.run("quickstart", methods="nosuch", results=tmp_path / "r.sqlite")
     assert not (tmp_path / "r.sqlite").exists() or len(clh.results.open(tmp_path / "r.sqlite")) == 0
 

@@ -76,7 +76,7 @@ def collected(pytester, *args):
 
 def test_gtep_digits_tunes_once_for_its_two_scenarios(pytester):
     items = collected(pytester, "--clh-suite", "gtep-digits")
-    tune = [i for i in items if getattr(i, "gtep_tune", False)]
+    tune = [i for i in items if i.unit.shared and ":tune-c" in i.unit.case.scenario.name]
     methods, R, S = 6, 6, 2   # gtep-digits: 6 methods, R = 6 configurations, S = 2 trials, 2 scenarios
     # before: every scenario tuned its own R x S runs per method; now the two share one set
     assert len(tune) == 2 * methods * R * S == 144

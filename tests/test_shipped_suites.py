@@ -33,9 +33,13 @@ OFFLINE = ["quickstart", "baselines-digits", "stf-digits", "stf-digits-difficult
 
 
 def _green(suite, tmp_path, quick):
+    """Every unit passes (in full: the gates too). Under --clh-quick a suite's gates, calibrated for its
+    full budgets (e.g. "icarl beats finetune by 0.5" after 5 epochs), are not judged here: one epoch is a
+    smoke run of every case and protocol step."""
     import clharness as clh
     records = clh.run(suite, quick=quick, results=tmp_path / "r.sqlite", device="cpu")
-    failed = [(u.name, u.message.splitlines()[0] if u.message else "") for u in records.units if u.outcome == "failed"]
+    failed = [(u.name, u.message.splitlines()[0] if u.message else "") for u in records.units
+              if u.outcome == "failed" and not (quick and u.role == "gate")]
     assert not failed, f"{suite}: {len(failed)} unit(s) failed: {failed[:5]}"
     assert records and all(r.status in ("passed", "diverged", "not-applicable") for r in records)
 
