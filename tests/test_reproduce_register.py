@@ -126,7 +126,114 @@ def test_register_names_one_section_per_paper_with_rows():
              if PAPER_FILE.search(h)}
     assert set(heads) >= {"stf.txt", "m2i-i2m.txt", "gtep.txt", "cldyb.txt"}, heads
     assert all(n >= 2 for n in heads.values()), heads
-    assert re.search(r"measured at commit `[0-9a-f]{7,}`", PAGE.read_text()), "the page must name the commit it measured"
+    # issue 30 item 15: the register describes the code as it is, not a commit it was once measured at
+    assert not re.search(r"\bcommit `?[0-9a-f]{7,40}\b|`[0-9a-f]{7,40}`", PAGE.read_text()), \
+        "the page must not pin its numbers to a commit"
+
+
+def test_every_row_names_its_hardware_and_deviations():
+    for heading, rows in sections(PAGE.read_text()):
+        if PAPER_FILE.search(heading):
+            for row in rows:
+                assert column(row, "hardware") and column(row, "deviations"), (heading, column(row, "paper"))
+
+
+def test_every_table_and_figure_of_the_papers_has_a_row():
+    """Each "Table N" / "Figure N" (or "Fig. N") captioned in a paper's text appears in its section."""
+    if not PAPERS.is_dir():
+        pytest.skip(f"paper texts not found at {PAPERS}")
+    for heading, rows in sections(PAGE.read_text()):
+        paper = PAPER_FILE.search(heading)
+        if paper is None or paper.group(1) == "gtep-short.txt":
+            continue
+        text = (PAPERS / paper.group(1)).read_text()
+        captions = {(("Table" if k == "Table" else "Figure"), n)
+                    for k, n in re.findall(r"^\s*(Table|Fig\.|Figure)\s*(\d+)\s*[:.|]", text, re.M)}
+        listed = {(("Table" if k == "Table" else "Figure"), n) for row in rows
+                  for k, n in ITEM.findall(column(row, "paper")) if k != "Appendix"}
+        assert captions - listed == set(), (paper.group(1), sorted(captions - listed))
+
+
+# --- issue 30 item 15: every command in the register parses ----------------------------------
+
+def _pytest_options():
+    """The clharness pytest plugin's options, as an argparse parser (what pytest would accept)."""
+    import argparse
+
+    from clharness import pytest_plugin
+
+    parser = argparse.ArgumentParser(add_help=False)
+
+    class Group:
+        def addoption(self, *names, **kwargs):
+            kwargs = {k: v for k, v in kwargs.items() if k in ("action", "nargs", "type", "choices", "default",
+                                                               "metavar", "dest", "const")}
+            parser.add_argument(*names, **kwargs)
+
+    class Parser:
+        def getgroup(self, *a, **k):
+            return Group()
+
+        def addini(self, *a, **k):
+            pass
+
+        def addoption(self, *names, **kwargs):
+            Group().addoption(*names, **kwargs)
+    pytest_plugin.pytest_addoption(Parser())
+    return parser
+
+
+class _Parsed(Exception):
+    pass
+
+
+def command_problems(commands) -> list[str]:
+    """Each `clharness ...` command through clharness's own argument parser (stopped before it runs);
+    each `pytest ...` command's --clh-* options through the plugin's options."""
+    import argparse
+    import shlex
+
+    from clharness import cli
+
+    found, plugin = [], _pytest_options()
+    for command in commands:
+        words = shlex.split(command)
+        if words[:3] == ["python", "-m", "pytest"] or words[:3] == ["python", "-m", "clharness"]:
+            words = words[2:]
+        if words[0] == "pytest":
+            clh = [w for w in words[1:] if w.startswith("--clh-")]
+            args, rest = plugin.parse_known_args(words[1:])
+            unknown = [w for w in rest if w.startswith("--clh-")]
+            if unknown or not clh and not any(w.endswith(".toml") for w in words):
+                found.append(f"`{command}`: unknown pytest option(s) {unknown}" if unknown else
+                             f"`{command}`: names no suite")
+            continue
+        real = argparse.ArgumentParser.parse_args
+
+        def stop(self, argv=None, namespace=None):
+            real(self, argv, namespace)
+            raise _Parsed
+        argparse.ArgumentParser.parse_args = stop
+        try:
+            cli.main(words[1:])
+            found.append(f"`{command}`: ran instead of stopping after parsing")
+        except _Parsed:
+            pass
+        except SystemExit as exc:
+            found.append(f"`{command}`: clharness rejects it (exit {exc.code})")
+        finally:
+            argparse.ArgumentParser.parse_args = real
+    return found
+
+
+def test_every_command_in_the_register_parses(capsys):
+    assert command_problems(dict.fromkeys(COMMAND.findall(PAGE.read_text()))) == []
+
+
+def test_command_check_catches_bad_options(capsys):
+    found = command_problems(["pytest --clh-suite m2i --clh-methd er", "clharness report STORE --no-such-flag",
+                              "clharness run --suite stf-digits", "pytest --clh-suite m2i --clh-method pnn"])
+    assert len(found) == 2 and "--clh-methd" in found[0] and "report" in found[1]
 
 
 def test_register_items_exist_in_the_papers():

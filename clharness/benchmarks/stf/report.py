@@ -26,7 +26,8 @@ from ...results import RunRecord
 TITLE = ("STF: Table 1 (final accuracy and average information retention, mean ± 95% CI), the streams "
          "(figs. 2 and 4), information retention along the stream, ER's loss along the stream (fig. 5)")
 TABLE_NOTE = ("Fin. Acc. = test accuracy after the whole stream; Av. IR = information retention (accuracy on "
-              "the stream instances observed so far, Cai et al. 2021) averaged over the evaluation points; "
+              "the stream instances observed so far, Cai et al. 2021) averaged over every step of the stream "
+              "(retention = \"sampled\": over the evaluation points, on a sample); "
               "in %, mean ± half-width of the two-sided 95% Student-t confidence interval over the n seeds "
               "(t_0.975,n-1 · s / √n), as the STF paper's Table 1 (20 runs: --clh-preset stf:table1).")
 STREAM_NOTE = ("The runs' own streams, rebuilt from their records. Top (fig. 2): relative frequency of each class "
