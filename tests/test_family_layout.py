@@ -1,23 +1,9 @@
 """Issue 13's layout: every family lives in its own folder and the five built-in families come
 through the ``clharness_add_kinds`` hook with their sources. (Import direction and circles, lazy
 imports included: tests/test_layers.py.)"""
-from pathlib import Path
-
-import clharness
 from clharness.plugins import Harness
 
-PKG = Path(clharness.__file__).parent
-
-
-def module_names() -> dict[str, Path]:
-    out = {}
-    for path in PKG.rglob("*.py"):
-        parts = ("clharness", *path.relative_to(PKG).with_suffix("").parts)
-        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return out
-
-
-MODULES = module_names()
+from test_layers import MODULES  # noqa: E402  (one walk of the package for both files)
 
 
 def test_every_family_lives_in_its_own_folder():

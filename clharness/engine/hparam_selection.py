@@ -222,14 +222,11 @@ def units(session, suite, case, name: str, method_cls, after: str | None = None,
 def collect(session, suite, spec, methods, seeds) -> list:
     """Units of a plain kind's scenario with ``select_hparams`` (engine.plan.expand): per method, its
     selection runs for every seed, then the full runs."""
-    from .units import case_unit
+    from .units import case_unit, suite_hparams
     out = []
     for method in methods:
         method_cls = session.harness.methods[method]
-        try:
-            hparams = resolve_hparams(method_cls, suite.hparams.get(method, {}))
-        except ValueError as exc:
-            raise SuiteError(f"{suite.path}: [hparams.{method}]: {exc}") from None
+        hparams = suite_hparams(suite, method_cls)
         finals = []
         for seed in range(seeds):
             case, name = Case(suite.name, spec, method, seed, hparams), f"{spec.name}[{method}-seed{seed}]"

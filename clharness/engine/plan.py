@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import outcomes
 from .suites import Suite, SuiteError, kind_module, load_suite
-from .units import Unit, case_unit
+from .units import Unit, case_unit, suite_hparams
 
 
 def resolve_suite(session, name_or_path: str | Path) -> Path:
@@ -39,7 +39,7 @@ def expand(session, path: Path) -> list[Unit]:
     """Every unit of the suite file at ``path``, in order. Raises SuiteError (and LookupError,
     ValueError) on a bad suite, before anything runs."""
     from ..kinds import install, preset_seeds
-    from .runner import Case, resolve_hparams
+    from .runner import Case
     install(session.harness.kinds)   # every plugin's kinds (clharness_add_kinds), before the suite's are checked
     opts = session.options
     suite = load_suite(path, quick=opts.quick)
@@ -61,10 +61,7 @@ def expand(session, path: Path) -> list[Unit]:
             continue
         for method in methods:
             method_cls = session.harness.methods[method]
-            try:
-                hparams = resolve_hparams(method_cls, suite.hparams.get(method, {}))
-            except ValueError as exc:
-                raise SuiteError(f"{suite.path}: [hparams.{method}]: {exc}") from None
+            hparams = suite_hparams(suite, method_cls)
             for seed in range(seeds):
                 plain.append(case_unit(suite, f"{spec.name}[{method}-seed{seed}]",
                                        Case(suite.name, spec, method, seed, hparams), method_cls))

@@ -40,3 +40,13 @@ def case_unit(suite: Suite, name: str, case, method_cls, **fields) -> Unit:
                 key=case_key(case, method_cls), **fields)
 
 
+
+
+def suite_hparams(suite: Suite, method_cls) -> dict:
+    """The method's hyperparameters with the suite's ``[hparams.<method>]`` applied and checked."""
+    from .runner import resolve_hparams
+    from .suites import SuiteError
+    try:
+        return resolve_hparams(method_cls, suite.hparams.get(method_cls.name, {}))
+    except ValueError as exc:
+        raise SuiteError(f"{suite.path}: [hparams.{method_cls.name}]: {exc}") from None
