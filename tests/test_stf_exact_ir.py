@@ -116,3 +116,35 @@ def test_stream_prefix_yields_exactly_the_first_n_in_order():
     prefix = StreamPrefix(Data(), 13)
     got = torch.cat([y for _, y in prefix.batches(5)])
     assert len(prefix) == 13 and got.tolist() == list(range(13))
+
+
+class Noisy(Majority):
+    """Draws from the global generators in consolidate() and predict(): an evaluation that left those
+    draws in the training's streams would move what ``observe`` draws next."""
+    name = "noisy"
+
+    def observe(self, batch):
+        self.counts += torch.bincount(batch.y, minlength=len(self.counts)) * torch.rand(1)
+
+    def consolidate(self):
+        torch.rand(3), np.random.rand(3)
+
+    def predict(self, x, task_id=None):
+        torch.rand(1)
+        return super().predict(x)
+
+
+def test_how_often_retention_is_scored_never_moves_the_training(tmp_path):
+    """Exact Av. IR scores after every step, the sampled one at 4 points: the learner sees the same
+    draws either way (evaluation runs on forked random streams), so its final state is the same."""
+    finals = {}
+    for mode in ("exact", "sampled"):
+        path = tmp_path / f"{mode}.toml"
+        path.write_text(SUITE.format(extra=f'retention = "{mode}"'))
+        spec = load_suite(path).scenarios[0]
+        scenario = build_scenario(spec, DATASETS, 0, torch.device("cpu"))
+        method = Noisy(Context(Setting.ONLINE, scenario.num_classes, scenario.input_shape))
+        torch.manual_seed(0)
+        scenario.protocol(method, scenario, torch.device("cpu"), RunRecord("s", "a", "noisy", 0))
+        finals[mode] = method.counts.clone()
+    assert torch.equal(finals["exact"], finals["sampled"])

@@ -7,6 +7,7 @@ task j's test data after learning task i), future tasks included.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -127,6 +128,20 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)   # seeds every CUDA device too
+
+
+@contextlib.contextmanager
+def isolated_rng(device: torch.device | None = None):
+    """Evaluation that leaves training's random streams as it found them (Python, NumPy, torch CPU and
+    the device's): a result never depends on how often a protocol evaluates."""
+    py, np_state = random.getstate(), np.random.get_state()
+    devices = [device] if device is not None and device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        try:
+            yield
+        finally:
+            random.setstate(py)
+            np.random.set_state(np_state)
 
 
 def resolve_hparams(method_cls: type[Method], *overrides: dict[str, Any]) -> dict[str, Any]:

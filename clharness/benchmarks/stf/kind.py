@@ -183,7 +183,7 @@ def online_protocol(method, scenario: StreamScenario, device: torch.device, reco
 
 def _stream(method, scenario: StreamScenario, device, record, on_task, points, retention, losses) -> None:
     """Observe the stream, scoring information retention at ``points``; ``losses`` learns each step."""
-    from ...engine.runner import _sync, accuracy
+    from ...engine.runner import _sync, accuracy, isolated_rng
 
     opts, eval_bs = scenario.spec.options, scenario.spec.eval_batch_size
     exact = opts["retention"] == "exact"
@@ -197,14 +197,15 @@ def _stream(method, scenario: StreamScenario, device, record, on_task, points, r
         losses.at(step)
         method.observe(Batch(_own_storage(x), _own_storage(y), None))
         if exact or step in kept:
-            method.consolidate()
-            _sync(device)
-            t1 = time.perf_counter()
-            record.train_seconds += t1 - t0
-            seen = min(step * opts["stream_batch"], len(scenario.stream_labels))
-            past = StreamPrefix(scenario.stream, seen) if exact else scenario.past(seen)
-            value = accuracy(method, past, None, scenario.num_classes, device, f"stream step {step}", None,
-                             eval_bs, "past observations")
+            with isolated_rng(device):   # how often retention is scored never moves the training's draws
+                method.consolidate()
+                _sync(device)
+                t1 = time.perf_counter()
+                record.train_seconds += t1 - t0
+                seen = min(step * opts["stream_batch"], len(scenario.stream_labels))
+                past = StreamPrefix(scenario.stream, seen) if exact else scenario.past(seen)
+                value = accuracy(method, past, None, scenario.num_classes, device, f"stream step {step}", None,
+                                 eval_bs, "past observations")
             if exact:
                 total, scored = total + value, scored + 1
                 record.metrics["info_retention"] = total / scored
