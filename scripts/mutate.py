@@ -357,6 +357,22 @@ MUTATIONS: tuple[Mutation, ...] = (
              'name = "imr-cub-20"\ntask_config = "20-equal"\ntune_dataset = "imagenet-r"\neval_dataset = "cub200"',
              'name = "imr-cub-20"\ntask_config = "20-equal"\ntune_dataset = "imagenet-r"\neval_dataset = "imagefolder"',
              ("tests/test_gtep_protocol_round2.py::test_pretrained_suites_ship_every_pair_of_tables_15_to_22",)),
+    # issues 26/27 (lead): one session rule, names checked up front, code identity, isolated evaluation
+    Mutation("stf-eval-not-isolated", "clharness/benchmarks/stf/kind.py",
+             "with isolated_rng(device):   # how often", "if True:   # how often",
+             ("tests/test_stf_exact_ir.py::test_how_often_retention_is_scored_never_moves_the_training",)),
+    Mutation("code-digest-not-in-key", "clharness/engine/runner.py",
+             '"code": code_digest(method_cls, _kind_file(self.scenario.kind)),', "",
+             ("tests/test_code_identity.py::test_a_record_stores_its_code_digest_and_the_git_commit_of_the_method_repository",)),
+    Mutation("threads-not-in-key", "clharness/engine/runner.py",
+             '**({"cpu_threads": _CPU_THREADS} if _CPU_THREADS != 1 else {})}', "}",
+             ("tests/test_ray_backend.py::test_a_thread_count_other_than_one_is_part_of_the_key",)),
+    Mutation("backbone-name-unchecked", "clharness/engine/validate.py",
+             "if spec.backbone and spec.backbone not in harness.backbones:", "if False:",
+             ("tests/test_trust_session.py::test_a_backbone_typo_stops_the_session_before_training_with_a_did_you_mean",)),
+    Mutation("dead-run-not-detected", "clharness/engine/session.py",
+             "record = self.store.dead_run(key)   # its process died", "record = None   # its process died",
+             ("tests/test_trust_session.py::test_a_worker_that_dies_under_xdist_fails_its_case_and_the_gate_does_not_wait",)),
 )
 
 
