@@ -373,6 +373,13 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("dead-run-not-detected", "clharness/engine/session.py",
              "record = self.store.dead_run(key)   # its process died", "record = None   # its process died",
              ("tests/test_trust_session.py::test_a_worker_that_dies_under_xdist_fails_its_case_and_the_gate_does_not_wait",)),
+    # GTEP (issue 30 item 4): the search spaces are Tables 4-5's, cell by cell
+    Mutation("gtep-replay-space-with-reservoir", "clharness/benchmarks/gtep/spaces.py",
+             '"er": {},', '"er": {"buffer": ["class-balanced", "reservoir"]},',
+             ("tests/test_gtep_protocol_round2.py::test_table4_spaces_equal_the_papers_cell_by_cell",)),
+    Mutation("gtep-coda-prompt-on-representation-column", "clharness/benchmarks/gtep/spaces.py",
+             '"dualprompt": PROMPT_COLUMN, "coda_prompt": PROMPT_COLUMN}', '"dualprompt": PROMPT_COLUMN}',
+             ("tests/test_gtep_protocol_round2.py::test_table5_spaces_equal_the_papers_cell_by_cell",)),
 )
 
 

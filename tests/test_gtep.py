@@ -234,7 +234,9 @@ def test_method_space_restricts_general_parameters_and_applies_fixed_values():
     from clharness.hparams import TABLE4
     er = clharness_methods.er.ER
     ms = gtep.method_space(er, {"general": "table4", "fixed": {"momentum": 0.9}, "search": {}})
-    assert ms.space["epochs"].values == tuple(TABLE4["epochs"]) and ms.own == ("buffer",)
+    # Table 4's Replay row: the general sets only (issue 30 item 4); the method's own space on request
+    assert ms.space["epochs"].values == tuple(TABLE4["epochs"]) and ms.own == () and ms.paper
+    assert gtep.method_space(er, {"general": "table4", "spaces": "method"}).own == ("buffer",)
     assert ms.fixed == {"momentum": 0.9} and "momentum" not in ms.space
     lwf = gtep.method_space(clharness_methods.lwf.LwF, {"general": "table4"})
     assert lwf.space["temperature"].values == (0.5, 1, 1.5, 2, 2.5)     # table 4's T (KD) set

@@ -100,3 +100,127 @@ def test_pretrained_suites_ship_every_pair_of_tables_15_to_22():
     halves = pairs - whole
     assert suite_pairs("gtep-vit-200") == as_suite(whole)
     assert suite_pairs("gtep-vit") == as_suite(halves)
+
+
+# --- item 4: every Table 4/5 search space equals the paper's, cell by cell ------------------------------
+PAPER_METHODS = {"Replay": "er", "iCaRL": "icarl", "BiC": "bic", "WA": "wa", "PODNet": "podnet", "DER": "der",
+                 "MEMO": "memo", "FOSTER": "foster", "BEEF": "beef", "L2P": "l2p", "DualPrompt": "dualprompt",
+                 "CODA-Prompt": "coda_prompt", "Adam-Adapter": "aper", "Ranpac": "ranpac", "EASE": "ease"}
+GENERAL_NAMES = {"Epoch": "epochs", "LR": "lr", "Num milestones": "num_milestones", "LR decay": "lr_decay",
+                 "Batch size": "batch_size", "Weigh decay": "weight_decay", "LR Scheduler": "scheduler",
+                 "Optimizer": "optimizer"}
+# (paper method, paper name) -> our hyperparameter; the paper's row names written as the tables do
+OWN_NAMES = {"T (KD)": "temperature", "Split ratio": "split_ratio", "Num proxy": "proxies",
+             "Post FT LR": "finetune_lr", "Adaptive factor": "adaptive_factor", "Energy weight": "energy_weight",
+             "Logit alignment": "logits_alignment", "$\\beta_1$": "beta1", "$\\beta_2$": "beta2",
+             "$\\lambda$ (FE)": "fe_weight", "Length ( $L_p$ )": "prompt_length", "Top k": "top_n",
+             "Prompt length of g ( $L_g$ )": "g_length", "Length ( $L_e$ )": "e_length",
+             "Orthogonality Mu": "ortho_mu", "FFN num": "ffn_num", "M": "projection_dim",
+             "Prompt token num": "prompt_tokens", "$\\alpha$": "alpha", "$\\lambda$": "pull_lambda"}
+PER_METHOD = {("$\\lambda$ (KD)", "foster"): "kd_weight", ("$\\lambda$ (KD)", None): "kd_lambda",
+              ("$\\lambda$ (Aux)", "icarl"): "kd_lambda", ("$\\lambda$ (Aux)", "podnet"): "lambda_f",
+              ("$\\lambda$ (Aux)", None): "aux_weight", ("Post FT epochs", "podnet"): "finetune_epochs",
+              ("Post FT epochs", "foster"): "compression_epochs", ("Post FT epochs", "beef"): "fusion_epochs",
+              ("M Size", None): "pool_size", ("Pool size", None): "pool_size", ("Prompt length", None): "prompt_length"}
+
+
+def _values(text):
+    import ast
+    return list(ast.literal_eval(text.replace("'StepLR'", "'steplr'").replace("'Cosine'", "'cosine'")))
+
+
+def _cells(text, methods):
+    """'[a] (for X, Y) / [b] (for Z)' or '[a] / [b] (Z and W)' -> {our method: values}."""
+    import re
+    parts = [p.strip() for p in text.split(" / ")]
+    out = {}
+    if len(parts) == 1:
+        return {m: _values(re.sub(r"\s*\(.*\)$", "", parts[0])) for m in methods}
+    named = {}
+    for part in parts:
+        m = re.match(r"^(\[.*?\])\s*(?:\((?:for )?(.*)\))?$", part)
+        names = [n.strip() for n in re.split(r",| and ", m.group(2) or "") if n.strip()]
+        named[tuple(PAPER_METHODS[n] for n in names)] = _values(m.group(1))
+    rest = [k for k in named if not k]
+    for m in methods:
+        hit = [v for k, v in named.items() if m in k]
+        out[m] = hit[0] if hit else named[rest[0]]
+    return out
+
+
+def paper_table(path, all_methods):
+    """{(our method, our hyperparameter or the paper's name): values} of one table's text."""
+    rows, current = {}, None
+    for line in (DATA / path).read_text().splitlines():
+        cols = line.split("\t")
+        if len(cols) != 3 or cols[1] == "Hyperparameter Name":
+            continue
+        who, name, cells = cols
+        if who:
+            current = who
+        if current == "All algorithms":
+            methods, ours = all_methods, GENERAL_NAMES[name]
+        else:
+            import re
+            methods = [PAPER_METHODS[n.strip()] for n in re.split(r",| and ", current) if n.strip()]
+            ours = None
+        for m, values in _cells(cells, methods).items():
+            from clharness.benchmarks.gtep.spaces import NO_COUNTERPART
+            key = (name if (m, name) in NO_COUNTERPART
+                   else ours or OWN_NAMES.get(name) or PER_METHOD.get((name, m)) or PER_METHOD.get((name, None)))
+            assert key, (name, m)
+            rows[(m, key)] = values
+    return rows
+
+
+def our_table(harness, general, methods):
+    from clharness.benchmarks.gtep import protocol as gtep
+    from clharness.benchmarks.gtep.spaces import NO_COUNTERPART
+    rows = {}
+    for m in methods:
+        ms = gtep.method_space(harness.methods[m], {"general": general, "fixed": {"momentum": 0.9}})
+        for key, p in ms.space.items():
+            rows[(m, key)] = list(p.values)
+        rows.update({(m, n): "no counterpart" for (mm, n) in NO_COUNTERPART if mm == m})
+    return rows
+
+
+def _same(paper, ours):
+    assert set(paper) == set(ours), (sorted(set(paper) - set(ours)), sorted(set(ours) - set(paper)))
+    for key in sorted(paper):
+        if ours[key] == "no counterpart":
+            continue
+        assert [float(v) if not isinstance(v, (bool, str)) else v for v in paper[key]] == \
+               [float(v) if not isinstance(v, (bool, str)) else v for v in ours[key]], key
+
+
+TABLE4_METHODS = ["er", "icarl", "bic", "wa", "podnet", "der", "memo", "foster", "beef"]
+TABLE5_METHODS = ["l2p", "dualprompt", "coda_prompt", "aper", "ranpac", "ease"]
+
+
+def test_table4_spaces_equal_the_papers_cell_by_cell(harness):
+    paper = paper_table("gtep_table4.txt", TABLE4_METHODS)
+    # Table 4's optimizer is SGD for all (sec. 5), not a printed row
+    paper.update({(m, "optimizer"): ["sgd"] for m in TABLE4_METHODS})
+    assert ("memo", "Exemplar batch size") in paper   # listed in spaces.NO_COUNTERPART
+    _same(paper, our_table(harness, "table4", TABLE4_METHODS))
+
+
+def test_table5_spaces_equal_the_papers_cell_by_cell(harness):
+    paper = paper_table("gtep_table5.txt", TABLE5_METHODS)
+    for m in ("ranpac", "ease"):   # the batch-size row names L2P..Adam-Adapter; the appendix samples it for all
+        paper[(m, "batch_size")] = paper[("l2p", "batch_size")]
+    assert ("dualprompt", "M Size") in paper          # listed in spaces.NO_COUNTERPART
+    _same(paper, our_table(harness, "table5", TABLE5_METHODS))
+
+
+def test_spaces_option_method_reading_keeps_the_methods_declared_space(harness):
+    from clharness.benchmarks.gtep import protocol as gtep
+    coda = harness.methods["coda_prompt"]
+    paper = gtep.method_space(coda, {"general": "table5"})
+    method = gtep.method_space(coda, {"general": "table5", "spaces": "method"})
+    assert paper.space["lr"].values == (0.000875, 0.001375, 0.001875, 0.002375, 0.0025)   # prompt column
+    assert method.space["lr"].values == (0.01, 0.02, 0.03, 0.04, 0.05)
+    podnet = harness.methods["podnet"]
+    assert "lambda_f" in gtep.method_space(podnet, {"general": "table4"}).space
+    assert "lambda_f" not in gtep.method_space(podnet, {"general": "table4", "spaces": "method"}).space

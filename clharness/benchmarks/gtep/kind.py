@@ -43,6 +43,8 @@ OPTIONS = {
     "general": (str, "table4"),                # general search sets: "table4" (ResNet) or "table5" (ViT)
     "search": (dict, {}),                      # {"*" | method: {param: [values]}}: search sets
     "fixed": (dict, {}),                       # {param: value}: held fixed, not searched
+    "spaces": (str, "paper"),                  # "paper": Tables 4-5's sets for the methods they cover
+                                               # (spaces.py); "method": each method's declared space
     "selection": (str, "mean-of-hmeans"),      # Alg. 1's criterion: "mean-of-hmeans" (Alg. 2 line 10) or
                                                # "hmean-of-means" (protocol.SELECTION_RULES)
 }
@@ -74,6 +76,10 @@ def check(spec) -> None:
     if o["selection"] not in gtep.SELECTION_RULES:
         raise ValueError(f"selection = {o['selection']!r}; allowed: {', '.join(gtep.SELECTION_RULES)} "
                          "(mean over trials of each trial's harmonic mean, or harmonic mean of the trial means)")
+    from .spaces import SPACES
+    if o["spaces"] not in SPACES:
+        raise ValueError(f"spaces = {o['spaces']!r}; allowed: {', '.join(SPACES)} (the paper's Tables 4-5 or "
+                         "each method's declared space)")
     if o["general"] not in GENERAL_TABLES:
         raise ValueError(f"general = {o['general']!r}; allowed: {', '.join(GENERAL_TABLES)}")
     if not 0 < spec.validation < 1:

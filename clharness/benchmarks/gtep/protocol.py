@@ -45,25 +45,36 @@ class MethodSpace:
     fixed: dict[str, Any]            # held-fixed values this method takes
     own: tuple[str, ...]             # its method-specific parameters (empty: general only)
     not_tunable: tuple[str, ...]     # general parameters the method does not accept
+    paper: bool = False              # its space is the paper's (Table 4/5, spaces.py)
 
 
 def method_space(method_cls, options: Mapping[str, Any]) -> MethodSpace:
-    """The method's GTEP space: the general sets (``general`` table, ``search."*"`` and
-    ``search.<method>`` overrides) restricted to what the method accepts, plus its own: the
-    suite's ``search.<method>`` sets when they name method-specific parameters, else its
-    ``tuning_space`` when it declares one (the paper's tables 4-5 for the methods it covers), else
+    """The method's GTEP space: the general sets (``general`` table, the paper's column for the
+    method (Table 5's prompt-based sets), ``search."*"`` and ``search.<method>`` overrides)
+    restricted to what the method accepts, plus its own: the suite's ``search.<method>`` sets when
+    they name method-specific parameters, else the paper's Table 4/5 sets for the methods it covers
+    (spaces.py; suite option ``spaces = "method"`` skips them), else its
+    ``tuning_space`` when it declares one, else
     its declared ``hparams`` beyond the general ones. ``fixed`` values leave the space. Errors
     (unknown names, empty sets, a conditional parameter without its parent) raise HParamError."""
+    from .spaces import SPACES, paper_space
     name = method_cls.name
     owner = f"gtep search space of method {name!r}"
     search = options.get("search", {})
-    overrides = {**search.get("*", {}), **search.get(name, {})}
-    general = general_space(GENERAL_TABLES[options.get("general", "table4")],
-                            **{k: v for k, v in overrides.items() if k in GENERAL})
+    table = options.get("general", "table4")
+    reading = options.get("spaces", "paper")
+    if reading not in SPACES:
+        raise HParamError(f"{owner}: spaces = {reading!r}; allowed: {', '.join(SPACES)}")
+    paper = paper_space(table, name) if reading == "paper" else None
+    column = paper[1] if paper else {}
+    overrides = {**column, **search.get("*", {}), **search.get(name, {})}
+    general = general_space(GENERAL_TABLES[table], **{k: v for k, v in overrides.items() if k in GENERAL})
     accepted = set(BUDGET) | set(method_cls.hparams)
     not_tunable = tuple(k for k in general if k not in accepted)
     space = {k: p for k, p in general.items() if k in accepted}
     declared = getattr(method_cls, "tuning_space", None)
+    if paper is not None:   # the paper's Table 4/5 sets (spaces.py), whatever the method declares
+        declared = {k: choice_from_values(owner, k, v) for k, v in paper[0].items()}
     if any(k not in GENERAL for k in search.get(name, {})):
         declared = {}   # the suite's sets for its own parameters are the method's whole own space
     elif declared is None:
@@ -98,7 +109,7 @@ def method_space(method_cls, options: Mapping[str, Any]) -> MethodSpace:
         for value in getattr(param, "values", ()):
             if key in method_cls.hparams:
                 method_cls.hparams[key].check(key, value)
-    return MethodSpace(space, fixed, tuple(own), not_tunable)
+    return MethodSpace(space, fixed, tuple(own), not_tunable, paper is not None)
 
 
 def draw(space: Mapping[str, Param], tuning: str, method: str, k: int) -> dict[str, Any]:
@@ -295,7 +306,8 @@ def summarize(records: Iterable[RunRecord], spaces: Mapping[str, MethodSpace] | 
             "parameters": int(np.mean([r.parameters for r in passed_eval])) if passed_eval else 0,
             "eval_train_s": float(np.mean([r.train_seconds for r in passed_eval])) if passed_eval else math.nan,
             "total_s": sum(r.train_seconds + r.eval_seconds for r in [*all_tune, *g["eval"]]),
-            "general_only": bool(spaces is not None and method in spaces and not spaces[method].own),
+            "general_only": bool(spaces is not None and method in spaces and not spaces[method].own
+                                 and not spaces[method].paper),
             "not_tunable": ", ".join(spaces[method].not_tunable) if spaces and method in spaces else "",
         })
     frame = pd.DataFrame(rows)
