@@ -304,6 +304,28 @@ def rank_correlation(a: Sequence[float], b: Sequence[float]) -> dict[str, float]
             "kendall": float(tau), "kendall_p": float(tau_p)}
 
 
+# ------------------------------------------------------------------------- views of one run
+def old_new_accuracy(R, weights=None) -> tuple[float, float]:
+    """(old, new) after the last task: sample-weighted accuracy on the earlier tasks' test data, and
+    accuracy on the last task's (BiC and WA's old/new gap). ``old`` is NaN with one task."""
+    R = _matrix(R)
+    T = R.shape[0]
+    w = _weights(weights, T)
+    new = float(R[T - 1, T - 1])
+    if T == 1:
+        return math.nan, new
+    return float(np.average(R[T - 1, :T - 1], weights=w[:T - 1])), new
+
+
+def recency_bias(confusion) -> float:
+    """Share of all test predictions after the last task that fall on the last task's classes (the bias
+    towards new classes BiC and WA correct; compare with the last task's share of the test data).
+    ``confusion``: the T x T block matrix of that step, row j = task j's test samples, column k = how
+    many of them were predicted as one of task k's classes."""
+    C = np.asarray(confusion, dtype=float)
+    return float(C[:, -1].sum() / C.sum()) if C.sum() else math.nan
+
+
 # ------------------------------------------------------------------------- summary
 def all_metrics(R, weights=None, baseline=None) -> dict[str, float]:
     """Every matrix metric under the stable keys of :data:`METRIC_INFO`."""
@@ -337,6 +359,12 @@ METRIC_INFO: dict[str, str] = {
     "ar": "Average retention = -AFM (CLDyB footnote 1)",
     "aa": "Final average accuracy: per-task mean of the last row of R (CLDyB Final AA)",
     "hmean": "Harmonic mean of final_acc and avg_inc_acc (GTEP hyperparameter selection)",
+    "final_acc_task_il": "Final accuracy of the same class-IL run scored task-incrementally (logits masked "
+                         "to each task's classes): the task-IL view without a second training",
+    "final_old_acc": "After the last task: sample-weighted accuracy on the earlier tasks' test data",
+    "final_new_acc": "After the last task: accuracy on the last task's test data",
+    "recency_bias": "After the last task: share of test predictions on the last task's classes (BiC, WA)",
+    "final_top5": "Final top-5 accuracy, sample-weighted (class-IL runs with 100 or more classes)",
 }
 
-HIGHER_IS_BETTER: dict[str, bool] = {k: k not in ("forgetting", "afm") for k in METRIC_INFO}
+HIGHER_IS_BETTER: dict[str, bool] = {k: k not in ("forgetting", "afm", "recency_bias") for k in METRIC_INFO}

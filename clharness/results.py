@@ -29,6 +29,12 @@ class RunRecord:
     message: str = ""
     failed_task: int | None = None         # task index at which a failure happened
     acc_matrix: list[list[float]] = field(default_factory=list)   # R[i][j], NaN where not reached
+    # a class-incremental run's other views from the same predictions (runner.evaluate_views): R scored
+    # task-incrementally (logits masked to task j's classes), top-5 R (100+ classes), and per step i the
+    # T x T confusion blocks (row j: task j's test samples; column k: predicted as one of task k's classes)
+    acc_matrix_task_il: list[list[float]] = field(default_factory=list)
+    top5_matrix: list[list[float]] = field(default_factory=list)
+    confusion: list[list[list[int]]] = field(default_factory=list)
     task_sizes: list[int] = field(default_factory=list)           # test samples per task
     class_order: list[str] = field(default_factory=list)          # class names in learning order
     metrics: dict[str, float] = field(default_factory=dict)
@@ -77,6 +83,8 @@ class RunRecord:
         known = {f.name for f in fields(cls)}
         rec = cls(**{k: v for k, v in data.items() if k in known})
         rec.acc_matrix = [[math.nan if v is None else v for v in row] for row in rec.acc_matrix]
+        rec.acc_matrix_task_il = [[math.nan if v is None else v for v in row] for row in rec.acc_matrix_task_il]
+        rec.top5_matrix = [[math.nan if v is None else v for v in row] for row in rec.top5_matrix]
         rec.metrics = {k: math.nan if v is None else v for k, v in rec.metrics.items()}
         return rec
 

@@ -244,9 +244,13 @@ def _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_
 
 def task_protocol(method: Method, scenario: Scenario, device: torch.device, record: RunRecord,
                   on_task: Callable[[int, int], None] | None = None) -> None:
-    """Offline tasks in order; after each, one row of R on every task's test data."""
+    """Offline tasks in order; after each, one row of R on every task's test data. A class-incremental
+    run is also scored task-incrementally from the same predictions (its logits masked to each task's
+    classes), with top-5 where there are 100 classes or more and the task x task confusion blocks."""
     T = len(scenario.tasks)
     R = np.full((T, T), np.nan)
+    views = scenario.setting is Setting.CLASS_IL
+    R_til, R_top5 = np.full((T, T), np.nan), np.full((T, T), np.nan)
     record.task_sizes = [len(t.test) for t in scenario.tasks]
     record.acc_matrix = R.tolist()
     for task in range(T):
@@ -257,13 +261,26 @@ def task_protocol(method: Method, scenario: Scenario, device: torch.device, reco
         method.consolidate()
         _sync(device)
         t1 = time.perf_counter()
-        R[task] = evaluate(method, scenario, device, task)
+        if views:
+            rows = evaluate_views(method, scenario, device, task)
+            R[task], R_til[task], R_top5[task] = rows["class_il"], rows["task_il"], rows["top5"]
+            record.confusion.append(rows["confusion"])
+        else:
+            R[task] = evaluate(method, scenario, device, task)
         record.train_seconds += t1 - t0
         record.eval_seconds += time.perf_counter() - t1
         record.acc_matrix = R.tolist()
         if on_task:
             on_task(task, T)
     record.metrics = metrics.all_metrics(R, weights=record.task_sizes)
+    record.metrics["final_old_acc"], record.metrics["final_new_acc"] = metrics.old_new_accuracy(R, record.task_sizes)
+    if views:
+        record.acc_matrix_task_il = R_til.tolist()
+        record.metrics["final_acc_task_il"] = metrics.final_accuracy(R_til, record.task_sizes)
+        record.metrics["recency_bias"] = metrics.recency_bias(record.confusion[-1])
+        if scenario.num_classes >= 100:
+            record.top5_matrix = R_top5.tolist()
+            record.metrics["final_top5"] = metrics.final_accuracy(R_top5, record.task_sizes)
 
 
 @torch.no_grad()
@@ -278,6 +295,47 @@ def evaluate(method: Method, scenario: Scenario, device: torch.device, after: in
 
 
 @torch.no_grad()
+def evaluate_views(method: Method, scenario: Scenario, device: torch.device, after: int) -> dict:
+    """A class-incremental row of R and, from the same logits (``predict`` is called once per batch):
+    the task-incremental row (logits masked to task j's classes), the top-5 row, and the confusion
+    blocks (row j: task j's test samples, column k: how many were predicted as one of task k's classes;
+    a class of no task counts in none)."""
+    tasks, C = scenario.tasks, scenario.num_classes
+    owner = torch.full((C,), -1, dtype=torch.long, device=device)
+    for k, task in enumerate(tasks):
+        owner[torch.tensor(task.classes, device=device)] = k
+    T = len(tasks)
+    out = {"class_il": np.empty(T), "task_il": np.empty(T), "top5": np.empty(T), "confusion": []}
+    for j, task in enumerate(tasks):
+        classes = torch.tensor(task.classes, device=device)
+        hits = torch.zeros(3, dtype=torch.long, device=device)
+        blocks = torch.zeros(T, dtype=torch.long, device=device)
+        for x, y in task.test.batches(scenario.spec.eval_batch_size):
+            logits = _checked_logits(method, x, None, C, f"task {after}", f"task {j}'s test data")
+            pred = logits.argmax(1)
+            hits[0] += (pred == y).sum()
+            hits[1] += (classes[logits.index_select(1, classes).argmax(1)] == y).sum()
+            hits[2] += (logits.topk(min(5, C), 1).indices == y[:, None]).any(1).sum()
+            seen = owner[pred]
+            blocks += torch.bincount(seen[seen >= 0], minlength=T)
+        n = max(len(task.test), 1)
+        out["class_il"][j], out["task_il"][j], out["top5"][j] = (hits.double() / n).tolist()
+        out["confusion"].append(blocks.tolist())
+    return out
+
+
+def _checked_logits(method, x, task_id, num_classes, after, what):
+    logits = method.predict(x, task_id=task_id)
+    if not isinstance(logits, torch.Tensor) or logits.shape != (len(x), num_classes):
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise MethodError(f"predict() returned {shape} after {after}; expected logits of shape "
+                          f"({len(x)}, {num_classes}) over the global class ids")
+    if not torch.isfinite(logits).all():
+        raise Diverged(f"predict() returned non-finite logits on {what} after {after}")
+    return logits
+
+
+@torch.no_grad()
 def accuracy(method: Method, data, classes, num_classes: int, device: torch.device, after,
              task_id: int | None = None, batch_size: int = 512, what: str = "test data") -> float:
     """Accuracy of ``method.predict`` on ``data``; with ``classes`` (task-incremental) only those
@@ -286,13 +344,7 @@ def accuracy(method: Method, data, classes, num_classes: int, device: torch.devi
         classes = torch.tensor(classes, device=device)
     correct = torch.zeros((), dtype=torch.long, device=device)
     for x, y in data.batches(batch_size):
-        logits = method.predict(x, task_id=task_id)
-        if not isinstance(logits, torch.Tensor) or logits.shape != (len(x), num_classes):
-            shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-            raise MethodError(f"predict() returned {shape} after {after}; expected logits of shape "
-                              f"({len(x)}, {num_classes}) over the global class ids")
-        if not torch.isfinite(logits).all():
-            raise Diverged(f"predict() returned non-finite logits on {what} after {after}")
+        logits = _checked_logits(method, x, task_id, num_classes, after, what)
         pred = classes[logits.index_select(1, classes).argmax(1)] if classes is not None else logits.argmax(1)
         correct += (pred == y).sum()
     return correct.item() / max(len(data), 1)
