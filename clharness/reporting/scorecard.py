@@ -142,6 +142,10 @@ def write(path: str | Path, records: Sequence[RunRecord], columns: Sequence[str]
     path = Path(path)
     columns = columns or default_columns(records)
     summary = summarize(records, columns)
+    if path.suffix in (".json", ".csv"):   # machine-readable: every metric the records carry (task-IL view, ...)
+        from ..metrics import METRIC_INFO
+        more = [m for m in METRIC_INFO if m not in columns and any(m in r.metrics for r in records)]
+        summary = summarize(records, [*columns, *more]) if more else summary
     if path.suffix == ".md":
         text = render(summary, columns, "github") + "\n"
     elif path.suffix == ".csv":
