@@ -380,6 +380,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("gtep-coda-prompt-on-representation-column", "clharness/benchmarks/gtep/spaces.py",
              '"dualprompt": PROMPT_COLUMN, "coda_prompt": PROMPT_COLUMN}', '"dualprompt": PROMPT_COLUMN}',
              ("tests/test_gtep_protocol_round2.py::test_table5_spaces_equal_the_papers_cell_by_cell",)),
+    # GTEP (issue 30 item 6): --clh-preset gtep:<name> runs the paper's configuration on D^HT too
+    Mutation("gtep-paper-preset-only-on-de", "clharness/benchmarks/gtep/protocol.py",
+             'table[method], "tune", s, tuning=tuning,', 'table[method], "eval", s, tuning=tuning,',
+             ("tests/test_gtep_protocol_round2.py::test_preset_runs_the_papers_configuration_on_dht_and_on_de",)),
+    Mutation("gtep-paper-row-without-dht-score", "clharness/benchmarks/gtep/protocol.py",
+             'paper_tunes.pop((tuning_ids.get((suite, g["base"])), g["tuning"], method), [])',
+             'paper_tunes.pop((None, g["tuning"], method), [])',
+             ("tests/test_gtep_protocol_round2.py::test_preset_runs_the_papers_configuration_on_dht_and_on_de",)),
 )
 
 

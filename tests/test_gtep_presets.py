@@ -109,7 +109,8 @@ def test_preset_runs_the_papers_hstar_beside_the_tuned_one(pytester):
     store = pytester.path / "r.sqlite"
     result = pytester.runpytest("-p", "no:cacheprovider", "--clh-results", str(store), "g.toml",
                                 "--clh-preset", "gtep:cifar50-1-10tasks", "-v")
-    result.assert_outcomes(passed=3)   # tuning c0, evaluation with the tuned H*, evaluation with the paper's
+    # tuning c0, evaluation with the tuned H*, the paper's on D^E and on D^HT (issue 30 item 6)
+    result.assert_outcomes(passed=4)
     assert "g.toml::high[er-paper-eval-t0]" in result.stdout.str()
     records = {r.scenario.split("@")[-1]: r for r in ResultsStore(store).records() if ":eval@" in r.scenario}
     paper = records["paper-cifar50-1-10tasks"]

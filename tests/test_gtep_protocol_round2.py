@@ -224,3 +224,65 @@ def test_spaces_option_method_reading_keeps_the_methods_declared_space(harness):
     podnet = harness.methods["podnet"]
     assert "lambda_f" in gtep.method_space(podnet, {"general": "table4"}).space
     assert "lambda_f" not in gtep.method_space(podnet, {"general": "table4", "spaces": "method"}).space
+
+
+# --- item 6: the paper's configurations run on D^HT too (the "Original" bars, Tables 7 and 14) ----------
+PRESET_SUITE = """
+[suite]
+name = "g"
+methods = ["er"]
+
+[defaults]
+kind = "gtep"
+backbone = "mlp"
+backbone_options = { hidden = 8, layers = 1 }
+memory_size = 8
+validation = 0.25
+configurations = 1
+trials = 1
+general = "table4"
+search = { "*" = { epochs = [1], batch_size = [16] } }
+tune_dataset = "synthetic"
+tune_dataset_options = { num_classes = 8, image_size = 4, train_per_class = 12, test_per_class = 4 }
+eval_dataset = "synthetic"
+eval_dataset_options = { num_classes = 8, image_size = 4, train_per_class = 12, test_per_class = 4 }
+task_config = "2-equal"
+tune_classes = [0, 4]
+
+[[scenario]]
+name = "high"
+eval_classes = [4, 8]
+
+[[scenario]]
+name = "high-too"
+eval_classes = [4, 8]
+"""
+
+
+def test_preset_runs_the_papers_configuration_on_dht_and_on_de(pytester):
+    import clharness.engine.runner  # noqa: F401
+    from clharness.benchmarks.gtep import protocol as gtep
+    from clharness.results import ResultsStore
+    pytester.makefile(".toml", g=PRESET_SUITE)
+    store = pytester.path / "r.sqlite"
+    result = pytester.runpytest("-p", "no:cacheprovider", "--clh-results", str(store), "g.toml",
+                                "--clh-preset", "gtep:pycil-original", "-v")
+    out = result.stdout.str()
+    # per scenario: tuning c0, tuned evaluation, paper on D^E, paper on D^HT; the two scenarios share one D^HT
+    result.assert_outcomes(passed=8)
+    assert "g.toml::high[er-paper-tune-t0]" in out and "g.toml::high-too[er-paper-tune-t0]" in out
+    records = ResultsStore(store).records()
+    on_dht = [r for r in records if ":tune@paper-" in r.scenario]
+    assert len(on_dht) == 1                                 # one run, shared by the scenarios of one D^HT
+    r = on_dht[0]
+    # Replay's original (appendix A.1): ep 70, lr 0.1, batch 128, w_decay 2e-4, steplr
+    assert (r.hparams["epochs"], r.hparams["lr"], r.hparams["batch_size"]) == (70, 0.1, 128)
+    assert r.hparams["weight_decay"] == 0.0002 and r.hparams["scheduler"] == "steplr"
+    tuned = next(t for t in records if ":tune-c0" in t.scenario)
+    assert r.scenario.split(":")[0] == tuned.scenario.split(":")[0]    # the same tuning id: D^HT's validation split
+    frame = gtep.summarize(records)
+    row = frame[frame.scenario == "high [paper H* pycil-original]"].iloc[0]
+    assert row.tune_acc == pytest.approx(r.metrics["final_acc"])     # its D^HT score beside its D^E score
+    paper_eval = next(e for e in records if e.scenario == "high:eval@paper-pycil-original")
+    assert row.eval_acc == pytest.approx(paper_eval.metrics["final_acc"])
+    assert row.gap == pytest.approx(r.metrics["final_acc"] - paper_eval.metrics["final_acc"])

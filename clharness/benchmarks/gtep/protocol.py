@@ -34,7 +34,8 @@ HELD_AT_DEFAULT = ("momentum",)     # optimizer details the paper does not searc
 # ``<tuning id>:tune-c<k>`` and ``<scenario>:eval@<tuning id>`` (records before one tuning phase per
 # D^HT: ``<scenario>:tune-c<k>`` and ``<scenario>:eval``, their tuning id being the scenario's name)
 PAPER = "paper-"   # ``<scenario>:eval@paper-<preset>``: the paper's configuration (--clh-preset gtep:<preset>)
-PHASE = re.compile(r"^(?P<scenario>.+):(?:tune-c(?P<k>\d+)|eval(?:@(?P<tuning>[^:]+))?)$")
+# on D^E, and ``<tuning id>:tune@paper-<preset>`` the same configuration on D^HT (Fig. 7(a), Tables 7/14)
+PHASE = re.compile(r"^(?P<scenario>.+):(?:tune-c(?P<k>\d+)|tune@(?P<ptune>paper-[^:]+)|eval(?:@(?P<tuning>[^:]+))?)$")
 
 
 # ----------------------------------------------------------------------------- search spaces
@@ -138,15 +139,18 @@ def tuning_id(spec) -> str:
 
 
 # ----------------------------------------------------------------------------- cases
-def phase_spec(spec, phase: str, config: Mapping[str, Any], k: int | None = None, tuning: str | None = None):
+def phase_spec(spec, phase: str, config: Mapping[str, Any], k: int | None = None, tuning: str | None = None,
+               paper: str | None = None):
     """The ScenarioSpec of one phase run: the phase's dataset and classes, the configuration's
     budgets; only what defines the run stays in its options (R, S and search sets do not, so
     changing them keeps the stored runs). A tuning run is named by its tuning id
     (``<tuning>:tune-c<k>``), an evaluation run by its scenario and the tuning it took H* from
-    (``<scenario>:eval@<tuning>``)."""
+    (``<scenario>:eval@<tuning>``); the paper's configuration ``paper`` on D^HT is
+    ``<tuning>:tune@paper-<paper>``."""
     o = spec.options
     side = "tune" if phase == "tune" else "eval"
-    name = (f"{tuning or spec.name}:tune-c{k}" if phase == "tune"
+    name = (f"{tuning or spec.name}:tune@{PAPER}{paper}" if phase == "tune" and paper
+            else f"{tuning or spec.name}:tune-c{k}" if phase == "tune"
             else f"{spec.name}:eval@{tuning}" if tuning else f"{spec.name}:eval")
     return replace(spec, name=name,
                    dataset=o[f"{side}_dataset"], dataset_options=dict(o[f"{side}_dataset_options"]),
@@ -156,7 +160,7 @@ def phase_spec(spec, phase: str, config: Mapping[str, Any], k: int | None = None
 
 
 def make_case(suite, spec, method_cls, base_hparams, space: MethodSpace, config, phase, trial, k=None,
-              tuning: str | None = None):
+              tuning: str | None = None, paper: str | None = None):
     """One phase run. A tuning run is a ``TuneCase``: its key leaves out the suite, so the same
     D^HT tuning in two suites is one stored run."""
     from ...engine.runner import Case, resolve_hparams
@@ -165,7 +169,7 @@ def make_case(suite, spec, method_cls, base_hparams, space: MethodSpace, config,
     budgets = {a: v for a, v in args.items() if a in BUDGET}
     if phase == "tune" and tuning:
         from .tune_case import TuneCase
-        return TuneCase(suite.name, phase_spec(spec, phase, budgets, k, tuning), method_cls.name, trial, hparams)
+        return TuneCase(suite.name, phase_spec(spec, phase, budgets, k, tuning, paper), method_cls.name, trial, hparams)
     return Case(suite.name, phase_spec(spec, phase, budgets, k, tuning), method_cls.name, trial, hparams)
 
 
@@ -224,12 +228,15 @@ def select_best(tuning: Mapping[int, list[RunRecord]], rule: str = DEFAULT_SELEC
 # ----------------------------------------------------------------------------- outputs
 def split_scenario(name: str) -> tuple[str, str, int | None] | None:
     """``tuning:tune-c3`` -> (tuning, "tune", 3); ``scenario:eval@tuning`` (or ``scenario:eval``)
-    -> (scenario, "eval", None)."""
+    -> (scenario, "eval", None); ``tuning:tune@paper-P`` -> ("tuning [paper H* P]", "tune", None)
+    (a tuning-phase run: reports fold it into the GTEP section)."""
     m = PHASE.match(name)
     if not m:
         return None
     if m["tuning"] and m["tuning"].startswith(PAPER):   # the paper's H*: a scenario of its own in every table
         return f"{m['scenario']} [paper H* {m['tuning'][len(PAPER):]}]", "eval", None
+    if m["ptune"]:   # the paper's H* on D^HT: its tuning-phase score, beside the D^E one in the same row
+        return f"{m['scenario']} [paper H* {m['ptune'][len(PAPER):]}]", "tune", None
     return m["scenario"], "tune" if m["k"] is not None else "eval", None if m["k"] is None else int(m["k"])
 
 
@@ -257,17 +264,31 @@ def summarize(records: Iterable[RunRecord], spaces: Mapping[str, MethodSpace] | 
     tunes: dict[tuple, dict] = {}     # (tuning id, method) -> {k: {trial: record}}, from any suite
     old_tunes: dict[tuple, dict] = {}   # (suite, scenario, method) -> the same, for unshared records
     groups: dict[tuple, dict] = {}
+    paper_tunes: dict[tuple, list] = {}   # (tuning id, "paper-<preset>", method) -> the preset's D^HT runs
     for r in records:
         parsed = split_scenario(r.scenario)
         if parsed is None:
             continue
         scenario, phase, k = parsed
-        if phase == "tune":
+        m = PHASE.match(r.scenario)
+        if m["ptune"]:
+            paper_tunes.setdefault((m["scenario"], m["ptune"], r.method), []).append(r)
+        elif phase == "tune":
             for table, key in ((tunes, (scenario, r.method)), (old_tunes, (r.suite, scenario, r.method))):
                 table.setdefault(key, {}).setdefault(k, {})[r.seed] = r
         else:
-            g = groups.setdefault((r.suite, scenario, r.method), {"eval": [], "tuning": tuning_of(r.scenario)})
+            g = groups.setdefault((r.suite, scenario, r.method), {"eval": [], "tuning": tuning_of(r.scenario),
+                                                                  "base": PHASE.match(r.scenario)["scenario"]})
             g["eval"].append(r)
+    # the paper's D^HT runs join the row of its D^E runs (found through the scenario's tuning id), else a row of their own
+    tuning_ids = {(suite, g["base"]): g["tuning"] for (suite, _, _), g in groups.items()
+                  if g["tuning"] and not g["tuning"].startswith(PAPER)}
+    for (suite, _, method), g in groups.items():
+        if g["tuning"] and g["tuning"].startswith(PAPER):
+            g["paper_tune"] = paper_tunes.pop((tuning_ids.get((suite, g["base"])), g["tuning"], method), [])
+    for (tid, preset, method), recs in paper_tunes.items():
+        groups[(recs[0].suite, f"{tid} [paper H* {preset[len(PAPER):]}]", method)] = {
+            "eval": [], "tuning": preset, "base": tid, "paper_tune": recs}
     used = {(g["tuning"] or sc, m) for (_, sc, m), g in groups.items()}
     for (tuning, method), table in tunes.items():   # tuning without evaluation records (yet): its own row
         if (tuning, method) not in used:
@@ -280,25 +301,28 @@ def summarize(records: Iterable[RunRecord], spaces: Mapping[str, MethodSpace] | 
         paper = bool(g["tuning"] and g["tuning"].startswith(PAPER))
         rule, best, scores, other_rule, other_best = _selections(tuning, g["eval"])
         chosen = tuning.get(best, [])
+        if paper:   # the paper's configuration: its D^HT runs are its tuning-phase score
+            chosen = sorted(g.get("paper_tune", []), key=lambda r: r.seed)
+            scores = {None: config_score(chosen, rule) if chosen else math.nan}
         evals = [r for r in g["eval"] if best is None or _same_config(r, chosen)]
         acc = lambda recs: [r.metrics.get("final_acc", math.nan) if r.status == "passed" else math.nan for r in recs]  # noqa: E731
         tune_acc, tune_ci = mean_ci(acc(chosen))
         eval_acc, eval_ci = mean_ci(acc(evals))
         eval_h = [hmean_score(r) for r in evals]
-        all_tune = [r for recs in tuning.values() for r in recs]
+        all_tune = [r for recs in tuning.values() for r in recs] + (chosen if paper else [])
         passed_eval = [r for r in evals if r.status == "passed"]
         rows.append({
             "suite": suite, "scenario": scenario, "method": method, "tuning": g["tuning"] or scenario,
             "configs": len(tuning), "tune_runs": len(all_tune), "eval_trials": len(evals),
             "tune_acc": tune_acc, "tune_acc_ci": tune_ci,
-            "tune_hmean": scores.get(best, math.nan) if best is not None else math.nan,
+            "tune_hmean": scores.get(best, math.nan) if best is not None or paper else math.nan,
             "eval_acc": eval_acc, "eval_acc_ci": eval_ci,
             "eval_hmean": float(np.nanmean(eval_h)) if any(not math.isnan(v) for v in eval_h) else math.nan,
             "gap": tune_acc - eval_acc,
             "eval_std": float(np.std(acc(passed_eval), ddof=1)) if len(passed_eval) > 1 else math.nan,
             "tune_diverged": sum(r.status != "passed" for r in all_tune),
             "eval_diverged": sum(r.status != "passed" for r in evals),
-            "config": best, "hparams": _config_text(chosen[0] if chosen else g["eval"][0] if paper else None),
+            "config": best, "hparams": _config_text(g["eval"][0] if paper and g["eval"] else chosen[0] if chosen else None),
             "paper": paper,
             "selection": rule, "other_selection": other_rule, "other_config": other_best,
             "other_hparams": _config_text(tuning[other_best][0] if other_best in tuning else None),
@@ -426,7 +450,10 @@ def collect(session, suite, spec, methods, seeds) -> list:
     space is checked here, before any training; a bad one fails the suite's expansion. With the
     preset ``gtep:<name>`` (``--clh-preset``) also S units ``[<method>-paper-eval-t<s>]`` per method the
     preset holds: the paper's own configuration (appendix A, paper_configs.py) on D^E, recorded as
-    ``<scenario>:eval@paper-<name>`` (a row of its own in the GTEP table, beside the tuned H*).
+    ``<scenario>:eval@paper-<name>`` (a row of its own in the GTEP table, beside the tuned H*), and
+    S units ``[<method>-paper-tune-t<s>]``: the same configuration on D^HT, scored on its validation
+    split like a tuning run (``<tuning id>:tune@paper-<name>``; the "Original" bars of Fig. 4 and
+    7(a), Tables 7 and 14), shown as that row's tuning-phase score.
     Parameters the preset names that the method does not take are not applied (``unmapped`` in
     paper_configs.json lists the paper's keys with no counterpart here)."""
     from ...engine.suites import SuiteError
@@ -464,11 +491,18 @@ def collect(session, suite, spec, methods, seeds) -> list:
             try:
                 paper = [make_case(suite, spec, method_cls, base, space, table[method], "eval", s,
                                    tuning=f"{PAPER}{name}") for s in range(S)]
+                on_dht = [make_case(suite, spec, method_cls, base, space, table[method], "tune", s, tuning=tuning,
+                                    paper=name) for s in range(S)]
             except HParamError as exc:
                 raise SuiteError(f"{suite.path}: scenario {spec.name!r}: --clh-preset gtep:{name}: {exc}") from None
             for s in range(S):   # the paper's H* on D^E (Alg. 3 with the appendix's configuration)
                 units.append(case_unit(suite, f"{spec.name}[{method}-paper-eval-t{s}]", paper[s], method_cls,
                                        run=_run_expecting_divergence, amend=phase_amend(paper[s])))
+            # ... and on D^HT, scored on its validation split as the tuning runs are ("Original" of Fig. 4 / 7(a),
+            # Tables 7 and 14); shared by the scenarios of one tuning phase, as the tuning runs are
+            for s in range(S):
+                units.append(case_unit(suite, f"{spec.name}[{method}-paper-tune-t{s}]", on_dht[s], method_cls,
+                                       run=_run_tune, amend=phase_amend(on_dht[s]), shared=True))
     return units
 
 
