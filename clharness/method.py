@@ -76,6 +76,9 @@ class Experience:
     batch_size: int = 32
     seed: int = 0
     _aug_gen: torch.Generator | None = field(default=None, init=False, repr=False, compare=False)
+    # set by the runner for continual evaluation: called after every training iteration (each minibatch
+    # of a shuffled pass, counted when the method asks for the next one, i.e. after its step)
+    on_step: Any = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.data)
@@ -99,10 +102,13 @@ class Experience:
         if generator is None:
             generator = torch.Generator().manual_seed(self.seed)
         extra = {"augment": self._augment_generator()} if augment and self.augmenting else {}
+        step = self.on_step if shuffle else None
         for _ in range(epochs):
             for x, y in self.data.batches(batch_size or self.batch_size, shuffle=shuffle, generator=generator,
                                           **extra):
                 yield Batch(x, y, self.task_id)
+                if step is not None:
+                    step()
 
     def augment(self, x: torch.Tensor) -> torch.Tensor:
         """A random training view of any prepared batch ``x`` under the suite's recipe (replayed

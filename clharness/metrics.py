@@ -326,6 +326,55 @@ def recency_bias(confusion) -> float:
     return float(C[:, -1].sum() / C.sum()) if C.sum() else math.nan
 
 
+# ------------------------------------------------------------------------- continual evaluation
+def continual_metrics(points: Sequence[dict], tasks: int) -> dict[str, float]:
+    """Metrics of a continual-evaluation curve (engine.continual_eval): ``points`` in order, each
+    ``{"iteration", "task" (being learned), "acc" (accuracy on tasks 0..task), "boundary" (scored at the
+    task's end)}``. Definitions (De Lange et al. 2023, sec. 4):
+
+    - ``min_acc``: average over the tasks k < T-1 of the minimum accuracy on task k over every point
+      after task k was learned (points while a later task trains, and its end);
+    - ``wc_acc``: worst-case accuracy, (1/T) a(last task, final) + (1 - 1/T) min_acc;
+    - ``stability_gap``: per task switch k -> k+1, the accuracy on tasks 0..k at the end of task k minus
+      its minimum while task k+1 trains (mean over switches); ``gap_recovery``: that accuracy at the end
+      of task k+1 minus the same minimum;
+    - ``a_auc``: the area under the anytime-accuracy curve (Caccia et al. 2022, Koh et al. 2022), the
+      mean over the periodic points of the mean accuracy on the tasks seen so far.
+    NaN where the curve does not have the points a metric needs."""
+    pts = list(points)
+    out = {k: math.nan for k in ("min_acc", "wc_acc", "stability_gap", "gap_recovery", "a_auc")}
+    if not pts:
+        return out
+    mins = []
+    for k in range(tasks - 1):
+        later = [p["acc"][k] for p in pts if p["task"] > k]
+        if later:
+            mins.append(min(later))
+    if mins:
+        out["min_acc"] = float(np.mean(mins))
+    last = [p for p in pts if p["task"] == tasks - 1]
+    if last and mins:
+        out["wc_acc"] = float(last[-1]["acc"][tasks - 1] / tasks + (1 - 1 / tasks) * out["min_acc"])
+    drops, recoveries = [], []
+    for k in range(tasks - 1):
+        ends = [p for p in pts if p["task"] == k and p["boundary"]]
+        during = [float(np.mean(p["acc"][:k + 1])) for p in pts if p["task"] == k + 1 and not p["boundary"]]
+        after = [p for p in pts if p["task"] == k + 1 and p["boundary"]]
+        if ends and during:
+            low = min(during)
+            drops.append(float(np.mean(ends[-1]["acc"][:k + 1])) - low)
+            if after:
+                recoveries.append(float(np.mean(after[-1]["acc"][:k + 1])) - low)
+    if drops:
+        out["stability_gap"] = float(np.mean(drops))
+    if recoveries:
+        out["gap_recovery"] = float(np.mean(recoveries))
+    periodic = [float(np.mean(p["acc"])) for p in pts if not p["boundary"]]
+    if periodic:
+        out["a_auc"] = float(np.mean(periodic))
+    return out
+
+
 # ------------------------------------------------------------------------- summary
 def all_metrics(R, weights=None, baseline=None) -> dict[str, float]:
     """Every matrix metric under the stable keys of :data:`METRIC_INFO`."""
@@ -365,6 +414,12 @@ METRIC_INFO: dict[str, str] = {
     "final_new_acc": "After the last task: accuracy on the last task's test data",
     "recency_bias": "After the last task: share of test predictions on the last task's classes (BiC, WA)",
     "final_top5": "Final top-5 accuracy, sample-weighted (class-IL runs with 100 or more classes)",
+    "min_acc": "Continual evaluation: mean over old tasks of their minimum accuracy after being learned (De Lange 2023)",
+    "wc_acc": "Continual evaluation: worst-case accuracy, last task's final accuracy and min-ACC (De Lange 2023)",
+    "stability_gap": "Continual evaluation: mean drop of old-task accuracy while the next task trains (De Lange 2023)",
+    "gap_recovery": "Continual evaluation: how much of the stability gap a task recovers by its end",
+    "a_auc": "Continual evaluation: area under the anytime-accuracy curve (Caccia 2022, Koh 2022)",
 }
 
-HIGHER_IS_BETTER: dict[str, bool] = {k: k not in ("forgetting", "afm", "recency_bias") for k in METRIC_INFO}
+HIGHER_IS_BETTER: dict[str, bool] = {k: k not in ("forgetting", "afm", "recency_bias", "stability_gap")
+                                     for k in METRIC_INFO}

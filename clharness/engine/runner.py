@@ -253,14 +253,27 @@ def task_protocol(method: Method, scenario: Scenario, device: torch.device, reco
     R_til, R_top5 = np.full((T, T), np.nan), np.full((T, T), np.nan)
     record.task_sizes = [len(t.test) for t in scenario.tasks]
     record.acc_matrix = R.tolist()
+    every = scenario.spec.eval_every
+    curve = None
+    if every:
+        from .continual_eval import ContinualEval
+        curve = ContinualEval(method, scenario, device, every, scenario.spec.eval_samples, record.seed)
     for task in range(T):
         record.failed_task = task
         experience = scenario.experience(task)
+        if curve is not None:
+            experience.on_step = curve.hook(task)
+            spent = curve.seconds
         t0 = time.perf_counter()
         method.learn(experience)
         method.consolidate()
         _sync(device)
         t1 = time.perf_counter()
+        if curve is not None:
+            t1 -= curve.seconds - spent          # scoring the curve is not training
+            record.eval_seconds += curve.seconds - spent
+            curve.score(task, boundary=True)
+            record.extra["continual"] = curve.result()
         if views:
             rows = evaluate_views(method, scenario, device, task)
             R[task], R_til[task], R_top5[task] = rows["class_il"], rows["task_il"], rows["top5"]
@@ -273,6 +286,8 @@ def task_protocol(method: Method, scenario: Scenario, device: torch.device, reco
         if on_task:
             on_task(task, T)
     record.metrics = metrics.all_metrics(R, weights=record.task_sizes)
+    if curve is not None:
+        record.metrics.update(curve.metrics())
     record.metrics["final_old_acc"], record.metrics["final_new_acc"] = metrics.old_new_accuracy(R, record.task_sizes)
     if views:
         record.acc_matrix_task_il = R_til.tolist()

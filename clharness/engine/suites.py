@@ -68,6 +68,10 @@ class ScenarioSpec:
     # how pixels become the backbone's inputs: "dataset" | "none" | "imagenet" | "timm"
     # (clharness.toolkit.backbones.input_normalization; pretrained-model suites name their papers' choice)
     normalize: str = "dataset"
+    # continual evaluation (De Lange et al. 2023): every N training iterations, accuracy on a fixed
+    # subsample of eval_samples test images of every task seen so far (engine.continual_eval); 0: off
+    eval_every: int = 0
+    eval_samples: int = 100
 
     @property
     def setting_enum(self):
@@ -80,11 +84,13 @@ _TYPES = {"name": str, "dataset": str, "kind": str, "setting": str, "dataset_opt
           "class_order": str, "epochs": int, "batch_size": int, "eval_batch_size": int, "memory_size": int,
           "backbone": str, "backbone_options": dict, "image_size": list, "channels": int,
           "max_train_per_class": int, "max_test_per_class": int, "amp": bool, "augment": str,
-          "first_task_train": dict, "select_hparams": dict, "normalize": str}
+          "first_task_train": dict, "select_hparams": dict, "normalize": str, "eval_every": int,
+          "eval_samples": int}
 SCENARIO_KEYS = tuple(f.name for f in fields(ScenarioSpec) if f.name != "options")
 # Keys added after records were first stored: left out of a run's definition (its record key)
 # while they hold these defaults, so the keys of existing runs do not change.
-LATER_KEYS = {"augment": "none", "first_task_train": None, "select_hparams": None, "normalize": "dataset"}
+LATER_KEYS = {"augment": "none", "first_task_train": None, "select_hparams": None, "normalize": "dataset",
+              "eval_every": 0, "eval_samples": 100}
 # first_task_train = { epochs = 200, lr = 0.1, milestones = [60, 120, 170], lr_decay = 0.1, weight_decay = 5e-4 }
 FIRST_TASK_KEYS = {"epochs": int, "lr": (int, float), "milestones": list, "lr_decay": (int, float),
                    "weight_decay": (int, float)}

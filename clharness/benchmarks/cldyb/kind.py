@@ -325,9 +325,11 @@ def collect(session, suite, spec: ScenarioSpec, methods: list[str], seeds: int) 
 
 def _search_spec(spec: ScenarioSpec) -> dict:
     """The spec as it defines a search: select_hparams applies to the replays, not to the search."""
-    # normalize joined later: left out at its default, so the keys of existing searches do not change
+    # keys that joined later (normalize, eval_every, ...): left out at their defaults, so the keys of
+    # existing searches do not change
+    from ...engine.suites import LATER_KEYS
     return {k: v for k, v in dataclasses.asdict(spec).items()
-            if k != "select_hparams" and not (k == "normalize" and v == "dataset")}
+            if k != "select_hparams" and not (k in LATER_KEYS and v == LATER_KEYS[k])}
 
 
 def _run_search(session, unit) -> None:
