@@ -399,6 +399,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              'paper_tunes.pop((tuning_ids.get((suite, g["base"])), g["tuning"], method), [])',
              'paper_tunes.pop((None, g["tuning"], method), [])',
              ("tests/test_gtep_protocol_round2.py::test_preset_runs_the_papers_configuration_on_dht_and_on_de",)),
+    # GTEP (issue 30 item 5): SGD momentum 0.9 for the pretrained methods, as LAMDA-PILOT builds it
+    Mutation("gtep-vit-sgd-without-momentum", "suites/gtep-vit.toml",
+             "fixed = { scale_lr = false, momentum = 0.9 }", "fixed = { scale_lr = false }",
+             ("tests/test_gtep_protocol_round2.py::test_every_gtep_method_trains_with_sgd_momentum_0_9",)),
 )
 
 

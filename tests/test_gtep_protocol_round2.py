@@ -286,3 +286,41 @@ def test_preset_runs_the_papers_configuration_on_dht_and_on_de(pytester):
     paper_eval = next(e for e in records if e.scenario == "high:eval@paper-pycil-original")
     assert row.eval_acc == pytest.approx(paper_eval.metrics["final_acc"])
     assert row.gap == pytest.approx(r.metrics["final_acc"] - paper_eval.metrics["final_acc"])
+
+
+# --- item 5: SGD momentum 0.9 for every GTEP method (sec. 5; LAMDA-PILOT's get_optimizer for ViT methods) ---
+GTEP_SUITES = ["gtep-cifar50", "gtep-imagenet100", "gtep-imagenet50", "gtep-vit", "gtep-vit-200"]
+
+
+@pytest.mark.parametrize("suite_name", GTEP_SUITES)
+def test_every_gtep_method_trains_with_sgd_momentum_0_9(harness, suite_name):
+    from clharness.benchmarks.gtep import protocol as gtep
+    from clharness.benchmarks.gtep.spaces import PAPER_SPACES
+    from clharness.engine.suites import load_suite
+    suite = load_suite(SUITES / f"{suite_name}.toml")
+    spec = suite.scenarios[0]
+    methods = set(suite.methods) | set(PAPER_SPACES[spec.options["general"]])
+    checked = 0
+    for m in sorted(methods):
+        cls = harness.methods[m]
+        if "momentum" not in cls.hparams:
+            continue
+        space = gtep.method_space(cls, spec.options)
+        config = {**gtep.draw(space.space, "t", m, 0), "optimizer": "sgd"}   # momentum exists with SGD only
+        case = gtep.make_case(suite, spec, cls, suite.hparams.get(m, {}), space, config, "eval", 0)
+        assert case.hparams.get("momentum", cls.hparams["momentum"].default) == 0.9, m   # defaults stay implicit
+        checked += 1
+    assert checked >= 4
+
+
+def test_momentum_knob_reaches_the_sgd_optimizer():
+    from clharness.toolkit.training import make_optimizer
+    w = torch.nn.Parameter(torch.ones(1))
+    for momentum, expected in ((0.9, 1.0 + 1.9), (0.0, 1.0 + 1.0)):   # two steps of grad 1, lr 1: m_2 = 1 + momentum
+        w.data.fill_(0.0)
+        opt = make_optimizer([w], "sgd", 1.0, momentum, 0.0)
+        for _ in range(2):
+            opt.zero_grad()
+            (-w).sum().backward()                                      # grad -1: w grows by the step
+            opt.step()
+        assert w.item() == pytest.approx(expected)
