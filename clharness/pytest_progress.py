@@ -85,6 +85,34 @@ class Line:
             self.shown = False
 
 
+class CaseProgress:
+    """The runner's ``on_task(done, total, unit)`` for one case (``unit``: "task", or STF's "instances"),
+    and ``step(iteration, expected)`` inside a task: on a terminal the line shows the task's iterations,
+    their rate and the task's ETA (redrawn at most twice a second); a log gets only the task lines."""
+
+    def __init__(self, line: "Line", label: str, now: Callable[[], float]):
+        self.line, self.label, self.now = line, label, now
+        self.start = self.task_start = now()
+        self.last_draw = 0.0
+        self.head = ""
+
+    def __call__(self, done: int, total: int, unit: str = "task") -> None:
+        self.head = progress_text(self.label, unit, done + 1, total, self.now() - self.start)
+        self.line.show(self.head, final=True)
+        self.task_start = self.now()
+
+    def step(self, iteration: int, expected: int) -> None:
+        now = self.now()
+        if not self.line.tty or now - self.last_draw < 0.5:
+            return
+        self.last_draw = now
+        spent = now - self.task_start
+        rate = iteration / spent if spent > 0 else 0.0
+        left = (expected - iteration) / rate if rate and expected > iteration else None
+        self.line.show(f"{self.head or self.label}  iter {iteration}/{expected}  {rate:.1f} it/s"
+                       f"  task ETA {'-' if left is None else clock(left)}")
+
+
 class ProgressPlugin:
     """Registered by clharness.pytest_plugin; ``case_callback(case)`` gives run_case its on_task."""
 
@@ -103,16 +131,14 @@ class ProgressPlugin:
         capture = self.config.pluginmanager.get_plugin("capturemanager")
         return Line(reporter, self.now, capture) if reporter is not None else None
 
-    def case_callback(self, label: str) -> Callable[[int, int], None] | None:
-        """``on_task(task, T)`` for one case run in this process, or None when quiet."""
+    def case_callback(self, label: str) -> "CaseProgress | None":
+        """``on_task(done, total, unit)`` (with ``.step`` for iterations) for one case run in this process,
+        or None when quiet."""
         line = self._line()
         if line is None:
             return None
-        self.active, start = line, self.now()
-
-        def on_task(task: int, T: int) -> None:
-            line.show(progress_text(label, "task", task + 1, T, self.now() - start), final=True)
-        return on_task
+        self.active = line
+        return CaseProgress(line, label, self.now)
 
     # --- session progress on the controller of an xdist or Ray session
     def _controller(self) -> bool:

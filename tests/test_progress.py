@@ -128,3 +128,54 @@ def test_a_session_without_suites_prints_no_progress_of_ours(pytester):
     result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     assert not [line for line in result.outlines if "clharness:" in line]
+
+
+class _Shown:
+    tty = True
+
+    def __init__(self):
+        self.lines = []
+
+    def show(self, text, final=False):
+        self.lines.append(text)
+
+
+def test_iterations_inside_a_task_show_their_rate_and_the_task_eta():
+    from clharness.pytest_progress import CaseProgress
+    clock_now = [100.0]
+    line = _Shown()
+    progress = CaseProgress(line, "s::c[m-seed0]", lambda: clock_now[0])
+    progress(0, 5)                                   # task 1/5 done
+    clock_now[0] += 2.0
+    progress.step(40, 100)                           # 40 iterations in 2 s: 20 it/s, 60 left: 3 s
+    assert line.lines[-1].endswith("iter 40/100  20.0 it/s  task ETA 0:03")
+    clock_now[0] += 0.1
+    progress.step(42, 100)                           # redrawn at most twice a second
+    assert len(line.lines) == 2
+    line.tty = False
+    clock_now[0] += 5
+    progress.step(90, 100)                           # a log gets no per-iteration lines
+    assert len(line.lines) == 2
+
+
+def test_the_runner_reports_every_iteration_of_a_standard_loop(tmp_path):
+    import clharness as clh
+    from clharness.engine import runner
+
+    class Spy:
+        def __init__(self):
+            self.steps, self.tasks = [], []
+
+        def __call__(self, done, total, unit="task"):
+            self.tasks.append((done, total, unit))
+
+        def step(self, iteration, expected):
+            self.steps.append((iteration, expected))
+
+    case = clh.load_case("quickstart", "ci-5x2", "finetune", seed=0, quick=True)
+    spy = Spy()
+    record = runner.run_case(case.case, clh.Harness(entry_points=False), runner.pick_device("cpu"), on_task=spy)
+    assert record.status == "passed" and [t for t, _, _ in spy.tasks] == [0, 1, 2, 3, 4]
+    first_task = [(i, e) for i, e in spy.steps[:100] if e == spy.steps[0][1]]
+    n, bs = len(case.scenario.tasks[0].train), case.context.batch_size
+    assert spy.steps[0] == (1, -(-n // bs)) and first_task[-1][0] == -(-n // bs)   # 1 epoch: ceil(n / bs)

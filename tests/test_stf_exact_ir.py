@@ -57,7 +57,7 @@ def _run(tmp_path, extra=""):
     scenario = build_scenario(spec, DATASETS, 0, torch.device("cpu"))
     method = Majority(Context(Setting.ONLINE, scenario.num_classes, scenario.input_shape))
     record, progress = RunRecord("s", "a", "majority", 0), []
-    scenario.protocol(method, scenario, torch.device("cpu"), record, lambda k, n: progress.append(k))
+    scenario.protocol(method, scenario, torch.device("cpu"), record, lambda k, n, unit: progress.append((k, n, unit)))
     return scenario, method, record, progress
 
 
@@ -79,7 +79,8 @@ def test_av_ir_is_the_mean_over_every_step_of_accuracy_on_all_past_observations(
     assert abs(four - by_hand) > 1e-3
     # the curve keeps eval_points of the per-step values; consolidate() before every evaluation + the test
     assert record.extra["info_retention"] == pytest.approx([_ir_at(labels, t) for t in scenario.eval_steps()])
-    assert progress == [0, 1, 2, 3] and method.consolidated == steps + 1
+    assert len(progress) == 4 and progress[-1] == (len(scenario.stream_labels) - 1, len(scenario.stream_labels),
+                                                   "instances") and method.consolidated == steps + 1
 
 
 def test_sampled_option_is_the_per_point_estimate(tmp_path):

@@ -90,11 +90,13 @@ def test_protocol_observes_minibatches_and_scores_past_and_test(tmp_path):
     from clharness.method import Context
     method = Recorder(Context(Setting.ONLINE, scenario.num_classes, scenario.input_shape))
     record, seen = RunRecord("s", "a", "recorder", 0), []
-    scenario.protocol(method, scenario, torch.device("cpu"), record, lambda k, n: seen.append((k, n)))
+    scenario.protocol(method, scenario, torch.device("cpu"), record, lambda k, n, unit: seen.append((k, n, unit)))
     sizes = [n for n, _, _ in method.batches]
     assert sizes == [10] * 125 + [7] and all(t is None for _, t, _ in method.batches)
     assert torch.equal(torch.cat([y for _, _, y in method.batches]), torch.from_numpy(scenario.stream_labels))
-    assert seen == [(0, 4), (1, 4), (2, 4), (3, 4)] and scenario.eval_steps() == [32, 63, 95, 126]
+    # progress in the stream's unit: instances seen (of 1257) at each retention point
+    assert seen == [(319, 1257, "instances"), (629, 1257, "instances"), (949, 1257, "instances"),
+                    (1256, 1257, "instances")] and scenario.eval_steps() == [32, 63, 95, 126]
     # the majority-label predictor: its test accuracy is the test share of the stream's majority class
     majority = int(np.bincount(scenario.stream_labels).argmax())
     expected = float((scenario.test.labels == majority).float().mean())

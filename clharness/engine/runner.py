@@ -261,8 +261,9 @@ def task_protocol(method: Method, scenario: Scenario, device: torch.device, reco
     for task in range(T):
         record.failed_task = task
         experience = scenario.experience(task)
+        experience.on_step = _step_hooks(curve.hook(task) if curve is not None else None,
+                                         getattr(on_task, "step", None), _expected_steps(scenario, task, experience))
         if curve is not None:
-            experience.on_step = curve.hook(task)
             spent = curve.seconds
         t0 = time.perf_counter()
         method.learn(experience)
@@ -296,6 +297,28 @@ def task_protocol(method: Method, scenario: Scenario, device: torch.device, reco
         if scenario.num_classes >= 100:
             record.top5_matrix = R_top5.tolist()
             record.metrics["final_top5"] = metrics.final_accuracy(R_top5, record.task_sizes)
+
+
+def _expected_steps(scenario, task: int, experience) -> int:
+    """Iterations a standard loop takes on ``task`` (epochs x minibatches): the progress line's total."""
+    spec = scenario.spec
+    epochs = spec.first_task_train["epochs"] if task == 0 and spec.first_task_train else spec.epochs
+    return epochs * -(-len(experience) // max(experience.batch_size, 1))
+
+
+def _step_hooks(curve_hook, progress_step, expected: int):
+    """One ``Experience.on_step`` for continual evaluation and the progress line (None: neither)."""
+    if curve_hook is None and progress_step is None:
+        return None
+    count = [0]
+
+    def on_step():
+        count[0] += 1
+        if curve_hook is not None:
+            curve_hook()
+        if progress_step is not None:
+            progress_step(count[0], expected)
+    return on_step
 
 
 @torch.no_grad()

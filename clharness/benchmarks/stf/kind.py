@@ -213,8 +213,8 @@ def _stream(method, scenario: StreamScenario, device, record, on_task, points, r
                 retention.append(value)
                 if not exact:
                     record.metrics["info_retention"] = float(np.mean(retention))
-                if on_task:
-                    on_task(len(retention) - 1, len(points))
+                if on_task:   # progress in the stream's own unit: instances seen of the stream's length
+                    on_task(seen - 1, len(scenario.stream_labels), "instances")
             t0 = time.perf_counter()
             record.eval_seconds += t0 - t1
     method.consolidate()
