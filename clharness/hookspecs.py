@@ -46,3 +46,10 @@ def clharness_add_kinds(registry):
 @hookspec
 def clharness_run_finished(record):
     """Called with every finished RunRecord (loggers, trackers); return value ignored."""
+
+
+@hookspec
+def clharness_training_loss(record, step, loss):
+    """Live training loss: called after every ``Trainer`` step of a run this process trains, with the
+    run's (unfinished) RunRecord, the step number within the run and the loss as a float. Implemented
+    by the loggers; a session with no implementation pays nothing (the loss is never read back)."""

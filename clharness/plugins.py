@@ -144,6 +144,14 @@ class Harness:
     def run_finished(self, record) -> None:
         self.pm.hook.clharness_run_finished(record=record)
 
+    @property
+    def wants_training_loss(self) -> bool:
+        """Whether a plugin implements ``clharness_training_loss`` (reading a loss syncs a GPU)."""
+        return bool(self.pm.hook.clharness_training_loss.get_hookimpls())
+
+    def training_loss(self, record, step: int, loss: float) -> None:
+        self.pm.hook.clharness_training_loss(record=record, step=step, loss=loss)
+
 
 def entry_point_failure(dist, ep, exc: BaseException) -> str:
     """The one-line warning for an entry point of ``dist`` that failed to load with ``exc``."""

@@ -84,6 +84,8 @@ def test_clh_log_tensorboard_logs_each_run_a_session_trains(tmp_path):
     runs = sorted(p.relative_to(logs).as_posix() for p in logs.glob("*/*/*/*"))
     assert runs == ["quickstart/ci-5x2/finetune/seed0", "quickstart/ci-5x2/finetune/seed1"]
     assert [e.step for e in _tensorboard(logs / runs[0]).Scalars("accuracy/seen")] == [0, 1, 2, 3, 4]
+    losses = _tensorboard(logs / runs[0]).Scalars("train/loss")   # written live, one per training step
+    assert [e.step for e in losses] == list(range(1, len(losses) + 1)) and len(losses) >= 5
 
     bad = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--clh-suite", "quickstart",
                           "--clh-log", "tensorboards:x"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -169,3 +171,32 @@ def test_mlflow_unusable_local_store_is_a_usage_error(tmp_path, monkeypatch):
     (tmp_path / "f").write_text("a file, not a store")
     with pytest.raises(LoggerError, match=r"--clh-log mlflow:.*MLflow cannot use this tracking store"):
         make_logger(f"mlflow:{(tmp_path / 'f').as_uri()}")
+
+
+def test_loggers_get_the_training_loss_live_while_a_run_trains(tmp_path):
+    import clharness as clh
+    from clharness.engine import runner
+
+    class Live:
+        def __init__(self):
+            self.losses, self.finished_after = [], None
+
+        @clh.hookimpl
+        def clharness_training_loss(self, record, step, loss):
+            assert record.status == "error" and not record.finished_at   # the run is still training
+            self.losses.append((record.method, step, loss))
+
+        @clh.hookimpl
+        def clharness_run_finished(self, record):
+            self.finished_after = len(self.losses)
+
+    live = Live()
+    harness = clh.Harness(entry_points=False)
+    harness.register(live, source="test")
+    case = clh.load_case("quickstart", "ci-5x2", "finetune", seed=0, quick=True)
+    record = runner.run_case(case.case, harness, runner.pick_device("cpu"))
+    harness.run_finished(record)
+    steps = [s for _, s, _ in live.losses]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 5   # every step, in order, live
+    assert live.finished_after == len(steps) and all(isinstance(v, float) for _, _, v in live.losses)
+    assert not clh.Harness(entry_points=False).wants_training_loss        # nobody listening: nothing read

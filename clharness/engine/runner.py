@@ -218,7 +218,8 @@ def _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_
     method, record.failed_task = None, -1
     try:
         method = method_cls(context, **case.hparams)
-        protocol(method, scenario, device, record, on_task)
+        with _live_losses(harness, record):
+            protocol(method, scenario, device, record, on_task)
         record.status = "passed"
     except Diverged as exc:
         record.status, record.message = "diverged", f"{case.method} diverged at task {record.failed_task}: {exc}"
@@ -297,6 +298,24 @@ def task_protocol(method: Method, scenario: Scenario, device: torch.device, reco
         if scenario.num_classes >= 100:
             record.top5_matrix = R_top5.tolist()
             record.metrics["final_top5"] = metrics.final_accuracy(R_top5, record.task_sizes)
+
+
+@contextlib.contextmanager
+def _live_losses(harness, record):
+    """Every Trainer step's loss to the plugins implementing ``clharness_training_loss`` (the loggers),
+    while the run trains; nothing is read when none does."""
+    wants = getattr(harness, "wants_training_loss", False)
+    if not wants:
+        yield
+        return
+    from ..toolkit.training import listen_to_losses
+    step = [0]
+
+    def listener(loss):
+        step[0] += 1
+        harness.training_loss(record, step[0], float(loss))
+    with listen_to_losses(listener):
+        yield
 
 
 def _expected_steps(scenario, task: int, experience) -> int:

@@ -1,6 +1,7 @@
 """``--clh-log tensorboard:DIR``: one TensorBoard run per case under DIR/suite/scenario/method/seedN.
 
-Scalars ``accuracy/task_j`` and ``accuracy/seen`` at step i (after learning task i), the final
+The training loss ``train/loss`` at every step while a run trains; scalars ``accuracy/task_j`` and
+``accuracy/seen`` at step i (after learning task i), the final
 ``metrics/*`` at the last step, the accuracy matrix as the image ``accuracy_matrix``, and the
 run's identity as text. Needs ``pip install 'clharness[tensorboard]'``.
 """
@@ -17,6 +18,16 @@ class TensorBoardLogger:
     def __init__(self, log_dir: str):
         require("tensorboard", "tensorboard")   # torch.utils.tensorboard writes through it
         self.log_dir = Path(log_dir)
+        self.live = {}   # run dir -> the SummaryWriter taking its training loss while it trains
+
+    @clh.hookimpl
+    def clharness_training_loss(self, record, step, loss):
+        """``train/loss`` at every step, while the run trains (flushed by TensorBoard's own writer)."""
+        path = self.run_dir(record)
+        if path not in self.live:
+            from torch.utils.tensorboard import SummaryWriter
+            self.live[path] = SummaryWriter(log_dir=str(path))
+        self.live[path].add_scalar("train/loss", loss, global_step=step)
 
     def run_dir(self, record) -> Path:
         parts = [record.suite, record.scenario, record.method, f"seed{record.seed}"]
@@ -26,6 +37,9 @@ class TensorBoardLogger:
     def clharness_run_finished(self, record):
         from torch.utils.tensorboard import SummaryWriter
         rows = task_rows(record)
+        live = self.live.pop(self.run_dir(record), None)
+        if live is not None:
+            live.close()
         with SummaryWriter(log_dir=str(self.run_dir(record))) as writer:
             for i, row in enumerate(rows):
                 for name, value in row.items():
