@@ -403,6 +403,11 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("gtep-vit-sgd-without-momentum", "suites/gtep-vit.toml",
              "fixed = { scale_lr = false, momentum = 0.9 }", "fixed = { scale_lr = false }",
              ("tests/test_gtep_protocol_round2.py::test_every_gtep_method_trains_with_sgd_momentum_0_9",)),
+    # GTEP (issue 30 item 3): the evaluation phase runs D^E's own architecture and input size
+    Mutation("gtep-eval-spec-ignored", "clharness/benchmarks/gtep/protocol.py",
+             'own = copy.deepcopy(dict(o.get("eval_spec", {}))) if side == "eval" else {}', 'own = {}',
+             ("tests/test_gtep_protocol_round2.py::test_each_phase_runs_the_papers_architecture_for_its_dataset",
+              "tests/test_gtep_protocol_round2.py::test_eval_spec_changes_only_the_evaluation_phase")),
 )
 
 

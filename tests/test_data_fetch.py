@@ -210,6 +210,6 @@ def test_torchvision_datasets_are_fetched_by_torchvision_both_splits(monkeypatch
 def test_suite_datasets_reads_every_dataset_reference():
     from clharness.builtin import suite_dir
     assert F.suite_datasets(suite_dir() / "gtep-cifar50.toml") == [
-        ("cifar100", {}), ("imagefolder", {"path": "imagenet", "image_size": [32, 32]})]
+        ("cifar100", {}), ("imagefolder", {"path": "imagenet"})]   # read at 224x224 for ResNet-18 (issue 30 item 3)
     assert F.suite_datasets(suite_dir() / "cldyb-cc.toml") == [
         ("imagenet-r", {}), ("cub200", {}), ("imagefolder", {"path": "cldyb-heldout"})]

@@ -324,3 +324,48 @@ def test_momentum_knob_reaches_the_sgd_optimizer():
             (-w).sum().backward()                                      # grad -1: w grows by the step
             opt.step()
         assert w.item() == pytest.approx(expected)
+
+
+# --- item 3: D^E runs the architecture and input size the paper uses for that dataset (sec. 5) ---------
+# "We use ResNet-18 and ResNet-32 architectures": ResNet-32 on CIFAR (32x32), ResNet-18 on ImageNet (224x224)
+PAPER_ARCH = {"cifar100": ("resnet32", [32, 32]), "imagefolder:imagenet": ("resnet18", [224, 224])}
+
+
+def _arch(spec):
+    name = spec.backbone_options.get("model", spec.backbone) if spec.backbone == "timm" else spec.backbone
+    size = spec.image_size or (spec.dataset_options.get("image_size") if spec.dataset_options else None)
+    return name, list(size) if size else [32, 32]   # cifar100's own size when none is given
+
+
+@pytest.mark.parametrize("suite_name", ["gtep-cifar50", "gtep-imagenet50", "gtep-imagenet100"])
+def test_each_phase_runs_the_papers_architecture_for_its_dataset(harness, suite_name):
+    from clharness.benchmarks.gtep import protocol as gtep
+    from clharness.engine.suites import load_suite
+    suite = load_suite(SUITES / f"{suite_name}.toml")
+    cls = harness.methods["finetune"]
+    for spec in suite.scenarios:
+        space = gtep.method_space(cls, spec.options)
+        config = gtep.draw(space.space, "t", "finetune", 0)
+        for phase in ("tune", "eval"):
+            case = gtep.make_case(suite, spec, cls, {}, space, config, phase, 0, k=0 if phase == "tune" else None)
+            run = case.scenario
+            where = run.dataset + (f":{run.dataset_options['path']}" if "path" in run.dataset_options else "")
+            assert _arch(run) == PAPER_ARCH[where], (spec.name, phase)
+            assert run.augment == ("cifar" if where == "cifar100" else "imagenet"), (spec.name, phase)
+
+
+def test_eval_spec_changes_only_the_evaluation_phase(harness):
+    from clharness.benchmarks.gtep import protocol as gtep
+    from clharness.engine.suites import load_suite, with_overrides
+    suite = load_suite(SUITES / "gtep-cifar50.toml")
+    spec = next(s for s in suite.scenarios if s.name == "low-10")
+    cls = harness.methods["finetune"]
+    space = gtep.method_space(cls, spec.options)
+    config = gtep.draw(space.space, "t", "finetune", 0)
+    tune = gtep.make_case(suite, spec, cls, {}, space, config, "tune", 0, k=0, tuning="x")
+    plain = with_overrides(spec, options={**spec.options, "eval_spec": {}})
+    assert gtep.tuning_id(spec) == gtep.tuning_id(plain)          # the D^HT runs are shared either way
+    assert tune.scenario.backbone == "resnet32"
+    evaluated = gtep.make_case(suite, spec, cls, {}, space, config, "eval", 0).scenario
+    assert (evaluated.backbone, evaluated.image_size) == ("timm", [224, 224])
+    assert gtep.make_case(suite, plain, cls, {}, space, config, "eval", 0).scenario.backbone == "resnet32"

@@ -36,6 +36,8 @@ OPTIONS = {
     "eval_dataset": (str, ""),                 # D^E
     "eval_dataset_options": (dict, {}),
     "eval_classes": (list, []),
+    "eval_spec": (dict, {}),                   # D^E's own architecture and input (EVAL_SPEC_KEYS), e.g. ResNet-18
+                                               # at 224x224 for an ImageNet D^E of a CIFAR D^HT (sec. 5)
     "task_config": (str, "10-equal"),          # "10-equal", "20-equal", "6-half" (half, then 5 equal)
     "split_seed": (int, 0),                    # the fixed class order the slices are cut from
     "configurations": (int, 30),               # R: random configurations per method (Alg. 2)
@@ -48,6 +50,9 @@ OPTIONS = {
     "selection": (str, "mean-of-hmeans"),      # Alg. 1's criterion: "mean-of-hmeans" (Alg. 2 line 10) or
                                                # "hmean-of-means" (protocol.SELECTION_RULES)
 }
+# what the evaluation phase may set apart from the tuning phase: the paper trains "ResNet-32 and
+# ResNet-18 ... for the CIFAR and ImageNet datasets, respectively" (sec. 5), whichever phase they are
+EVAL_SPEC_KEYS = ("backbone", "backbone_options", "image_size", "augment", "normalize", "channels")
 TASK_CONFIG = re.compile(r"^(\d+)-(equal|half)$")
 
 
@@ -77,6 +82,10 @@ def check(spec) -> None:
         raise ValueError(f"selection = {o['selection']!r}; allowed: {', '.join(gtep.SELECTION_RULES)} "
                          "(mean over trials of each trial's harmonic mean, or harmonic mean of the trial means)")
     from .spaces import SPACES
+    unknown = sorted(set(o["eval_spec"]) - set(EVAL_SPEC_KEYS))
+    if unknown:
+        raise ValueError(f"eval_spec names {', '.join(unknown)}; it may set {', '.join(EVAL_SPEC_KEYS)} "
+                         "(D^E's architecture and input; everything else is the tuning phase's)")
     if o["spaces"] not in SPACES:
         raise ValueError(f"spaces = {o['spaces']!r}; allowed: {', '.join(SPACES)} (the paper's Tables 4-5 or "
                          "each method's declared space)")

@@ -142,8 +142,9 @@ def tuning_id(spec) -> str:
 def phase_spec(spec, phase: str, config: Mapping[str, Any], k: int | None = None, tuning: str | None = None,
                paper: str | None = None):
     """The ScenarioSpec of one phase run: the phase's dataset and classes, the configuration's
-    budgets; only what defines the run stays in its options (R, S and search sets do not, so
-    changing them keeps the stored runs). A tuning run is named by its tuning id
+    budgets, and for the evaluation phase the scenario's ``eval_spec`` (D^E's backbone, input size,
+    augmentation: the paper's architecture for that dataset); only what defines the run stays in
+    its options (R, S and search sets do not, so changing them keeps the stored runs). A tuning run is named by its tuning id
     (``<tuning>:tune-c<k>``), an evaluation run by its scenario and the tuning it took H* from
     (``<scenario>:eval@<tuning>``); the paper's configuration ``paper`` on D^HT is
     ``<tuning>:tune@paper-<paper>``."""
@@ -152,7 +153,8 @@ def phase_spec(spec, phase: str, config: Mapping[str, Any], k: int | None = None
     name = (f"{tuning or spec.name}:tune@{PAPER}{paper}" if phase == "tune" and paper
             else f"{tuning or spec.name}:tune-c{k}" if phase == "tune"
             else f"{spec.name}:eval@{tuning}" if tuning else f"{spec.name}:eval")
-    return replace(spec, name=name,
+    own = copy.deepcopy(dict(o.get("eval_spec", {}))) if side == "eval" else {}   # D^E's architecture and input
+    return replace(spec, name=name, **own,
                    dataset=o[f"{side}_dataset"], dataset_options=dict(o[f"{side}_dataset_options"]),
                    epochs=config.get("epochs", spec.epochs), batch_size=config.get("batch_size", spec.batch_size),
                    options={"phase": phase, "classes": list(o[f"{side}_classes"]), "task_config": o["task_config"],
