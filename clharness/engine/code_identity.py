@@ -6,8 +6,8 @@ that trains and evaluates (the runner, the scenario builder of the case's kind, 
 data sources, the metrics) changes the digest, so the next run retrains. Reporting, front ends and
 the results store are not part of it: a new scorecard column keeps every record.
 
-The digest hashes file contents (cached by path, size and mtime, so a long-lived process that edits a
-file sees the edit); the git commit of the method's repository, where it has one, is recorded beside it.
+The digest hashes file contents once per process and method class (the code a process runs is the code
+it imported); the git commit of the method's repository, where it has one, is recorded beside it.
 """
 from __future__ import annotations
 
@@ -68,9 +68,18 @@ def _digest(files: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
+@lru_cache(maxsize=None)
 def code_digest(method_cls, kind_module_file: str | None = None) -> str:
     """The digest of the code a case of ``method_cls`` runs (its classes' files, the harness's training
-    and evaluation code, and the scenario kind's builder)."""
+    and evaluation code, and the scenario kind's builder), taken once per process: the code a process
+    runs is what it imported, so a file edited while a session runs neither moves the keys of the
+    session's own units (they wait for one another by key) nor is mistaken for the code that ran. The
+    next session (or a reloaded module, which is a new class) sees the edit."""
+    return current_digest(method_cls, kind_module_file)
+
+
+def current_digest(method_cls, kind_module_file: str | None = None) -> str:
+    """The digest of the files as they are on disk now (``code_digest`` without the per-process memo)."""
     files = method_files(method_cls) + [p for rel in HARNESS for p in _py_files(rel)] + _kind_files(kind_module_file)
     return _digest(files)
 
