@@ -59,6 +59,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--clh-gate-timeout", type=float, default=3600, metavar="SECONDS",
                     help="how long a gate waits for the cases it judges (pytest-xdist) (default: %(default)s)")
     group.addoption("--clh-quick", action="store_true", help="shrunk budgets: the suites' [quick] settings")
+    group.addoption("--clh-ensemble", action="store_true",
+                    help="cases that differ only in seed train as one batched model (opted-in methods; others solo)")
     group.addoption("--clh-preset", action="append", default=[], metavar="FAMILY:NAME",
                     help="a family's published configurations, e.g. gtep:cifar50-1-10tasks (GTEP: also run the "
                          "paper's H* on D^E beside the tuned one); repeatable")
@@ -159,7 +161,7 @@ def session_options(config: pytest.Config) -> Options:
                    presets=tuple(config.getoption("clh_preset")), plugins=tuple(config.getoption("clh_plugin")),
                    cpus_per_run=config.getoption("clh_cpus_per_run"),
                    gate_timeout=config.getoption("clh_gate_timeout"), compare=config.getoption("clh_compare"),
-                   max_drops=drops)
+                   max_drops=drops, ensemble=config.getoption("clh_ensemble"))
 
 
 class ClhSession:

@@ -44,6 +44,7 @@ class Options:
     gate_timeout: float = 3600.0
     compare: str | None = None               # a saved scorecard JSON to gate against
     max_drops: dict[str, float] = field(default_factory=dict)
+    ensemble: bool = False                   # --clh-ensemble: seeds of one case train as one batched model (engine.ensemble)
 
 
 class Session:
@@ -174,6 +175,11 @@ class Session:
         import time as _time
         import traceback
 
+        if self.options.ensemble:   # a member of a seed ensemble (engine.ensemble), else solo
+            from .ensemble import member_record
+            record = member_record(self, unit, case, method_cls, key)
+            if record is not None:
+                return record
         from .runner import run_case, versions
         marker = RunRecord(suite=case.suite, scenario=case.scenario.name, method=case.method, seed=case.seed,
                            setting=case.scenario.setting, hparams=dict(case.hparams), key=key,

@@ -1,0 +1,356 @@
+"""Seed ensembles (issue 32): cases that differ only in their seed train as one batched model.
+
+``--clh-ensemble`` (``clharness.run(..., ensemble=True)``): the plain cases of one scenario, method
+and hyperparameters, seeds s_1..s_E, run as E members of one ensemble. Each member is built exactly
+as its solo run builds it, by the runner's own ``run_case`` (seed_everything(seed), its scenario,
+its context, the method's own constructor), runs the runner's own protocol (evaluation, metrics,
+memory, statuses), and writes the record its solo run would write, under the same key, with
+``record.extra["executor"] = "ensemble:E"``. Only the training step is shared: where a member's
+``learn`` hands its batches to ``fit``, the member pauses; once every member of the ensemble has
+paused at the same task, their models' parameters are stacked (``torch.func.stack_module_state``)
+and trained together: one ``vmap`` of the method's own ``loss`` over the members (``functional_call``),
+each member fed the batches its solo run would see (its own Experience generator), and one
+elementwise optimizer (SGD, Adam, AdamW: the same hyperparameters for every member) over the stacked
+parameters, which is E independent optimizers. A member whose batches run out first (class order,
+hence task sizes, differ by seed) keeps its weights while the others go on; members whose batch sizes
+differ at a step (the last, partial batch of an epoch) are stepped in groups of equal size, so a
+BatchNorm layer sees exactly the samples it sees solo. Then every member's weights go back into its
+own model, and each member evaluates through the runner's accuracy code, in turn.
+
+The members run in threads that take turns (never two at once): a baton handed by semaphores,
+each member's global random streams saved and restored at every hand-over, so the interleaving
+changes nothing a member computes.
+
+Which methods: the opted-in ones (``BATCHED``, or a class attribute ``ensemble = True``) whose
+``learn`` is the standard supervised loop: one ``self.fit(batches)`` per task with the default loss,
+parameters and trainer (a fresh optimizer per task), and the step elementwise over members. A case
+that cannot be batched runs solo; the session says which and why (``why_solo``).
+
+Declared differences from a solo run: ``train_seconds`` is the member's share of the ensemble's
+training time (the whole ensemble's in ``extra["ensemble_train_seconds"]``); the non-finite-loss
+guard checks every step on every device (a solo CUDA run checks every 50 steps).
+"""
+from __future__ import annotations
+
+import copy
+import os
+import random
+import threading
+import time
+import types
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..method import Diverged, MethodError, Setting
+
+# methods that opted in (by class name ``module:qualname``, so a plugin's method of the same name is not)
+BATCHED = {
+    "clharness_methods.finetune:Finetune",
+    "clharness_methods.joint:Joint",
+}
+
+
+def opted_in(method_cls) -> bool:
+    return (getattr(method_cls, "ensemble", False) is True
+            or f"{method_cls.__module__}:{method_cls.__qualname__}" in BATCHED)
+
+
+def why_solo(case, method_cls, harness=None, device: torch.device | None = None) -> str | None:
+    """Why ``case`` cannot run as a member of a seed ensemble (None: it can)."""
+    from ..toolkit.training import SupervisedMethod
+    if not opted_in(method_cls):
+        return f"method {case.method!r} has not opted in to batched training"
+    if not issubclass(method_cls, SupervisedMethod):
+        return f"method {case.method!r} is not a SupervisedMethod"
+    for name in ("fit", "loss", "cross_entropy"):
+        if getattr(method_cls, name) is not getattr(SupervisedMethod, name):
+            return f"method {case.method!r} overrides {name}()"
+    spec = case.scenario
+    if spec.setting_enum not in (Setting.CLASS_IL, Setting.TASK_IL):
+        return f"setting {spec.setting}: only offline task protocols are batched"
+    if getattr(spec, "eval_every", 0):
+        return "continual evaluation (eval_every) scores members mid-task"
+    hp = case.hparams
+    if hp.get("optimizer", "sgd") not in ("sgd", "adam", "adamw"):
+        return f"optimizer {hp.get('optimizer')!r} is not known to be elementwise"
+    if hp.get("scheduler", "constant") != "constant":
+        return ("a learning-rate schedule steps per epoch, and members' epochs differ in length "
+                "(their task sizes differ by seed)")
+    if hp.get("clip_grad", 0.0):
+        return "gradient clipping by total norm is not elementwise over members"
+    if getattr(spec, "amp", False) and device is not None and device.type == "cuda":
+        return "mixed precision (GradScaler) keeps one scale for the whole ensemble"
+    if harness is not None and getattr(harness, "wants_training_loss", False):
+        return "a logger wants every training step's loss (clharness_training_loss)"
+    return None
+
+
+# ------------------------------------------------------------------------------------- the session side
+def member_record(session, unit, case, method_cls, key: str):
+    """The record of ``case`` trained as a member of a seed ensemble, or None (run it solo).
+    Called by ``Session._run_here`` under ``--clh-ensemble``: the first unit of an ensemble trains
+    every member not yet stored; its siblings' records wait here until their own units run."""
+    stash = session.__dict__.setdefault("_ensembled", {})
+    if key in stash:
+        return stash.pop(key)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _say(session, ("xdist",), "--clh-ensemble under pytest-xdist: cases run solo (an ensemble is not yet "
+                                  "scheduled as one xdist task)")
+        return None
+    from .runner import case_key
+    from .units import run_case_unit
+    if unit not in session.units or unit.amend is not None:
+        return None
+    stored = (lambda k: False) if session.options.fresh else (lambda k: session.store.reusable(k) is not None)
+    group = [u for u in session.units
+             if u is unit or (u.case is not None and u.run is run_case_unit and u.amend is None
+                              and u.case.seed != case.seed and _same_but_seed(u.case, case)
+                              and u.key not in stash and not stored(u.key))]
+    if len(group) < 2:
+        return None
+    reason = why_solo(case, method_cls, session.harness, session.device)
+    if reason:
+        _say(session, (case.suite, case.scenario.name, case.method),
+             f"--clh-ensemble: {case.suite}::{case.scenario.name}[{case.method}] runs solo: {reason}")
+        return None
+    root = session.options.data_root
+    from pathlib import Path
+    progress = session.progress(unit) if session.progress else None
+    records = run_ensemble([u.case for u in group], session.harness, session.device,
+                           Path(root) if root else None, session.options.download, on_task=progress)
+    for u, record in zip(group, records):
+        if u is not unit:
+            stash[case_key(u.case, method_cls)] = record
+    return records[group.index(unit)]
+
+
+def _same_but_seed(a, b) -> bool:
+    return (a.suite, a.scenario, a.method, a.hparams) == (b.suite, b.scenario, b.method, b.hparams)
+
+
+def _say(session, what, message: str) -> None:
+    said = session.__dict__.setdefault("_ensemble_said", set())
+    if what not in said:
+        said.add(what)
+        session.warn(message)
+
+
+# ----------------------------------------------------------------------------------------- the members
+_local = threading.local()
+
+
+def _rng_state():
+    return random.getstate(), np.random.get_state(), torch.get_rng_state()
+
+
+def _set_rng(state) -> None:
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+    torch.set_rng_state(state[2])
+
+
+class _Member:
+    def __init__(self, case, coordinator: threading.Semaphore):
+        self.case = case
+        self.turn = threading.Semaphore(0)
+        self.coordinator = coordinator
+        self.method = None
+        self.batches = None
+        self.error: BaseException | None = None      # raised in the member at its resume (Diverged)
+        self.crash: BaseException | None = None      # escaped run_case (KeyboardInterrupt)
+        self.record = None
+        self.done = False
+        self.train_seconds = 0.0
+
+    def pause(self) -> None:
+        """Hand the baton to the coordinator; resume when it hands it back."""
+        state = _rng_state()
+        self.coordinator.release()
+        self.turn.acquire()
+        _set_rng(state)
+
+
+def _fit_hook(original):
+    def fit(self, batches, loss_fn=None, params=None, trainer=None):
+        member = getattr(_local, "member", None)
+        if member is None:
+            return original(self, batches, loss_fn, params, trainer)
+        if loss_fn is not None or params is not None or trainer is not None or member.batches is not None:
+            raise MethodError(f"method {self.name!r}: --clh-ensemble batches only one fit(batches) per task with "
+                              "the default loss, parameters and trainer; run it without --clh-ensemble")
+        member.method, member.batches = self, batches
+        member.pause()
+        error, member.error = member.error, None
+        if error is not None:
+            raise error
+        return None
+    fit.ensemble_hook = True
+    return fit
+
+
+def run_ensemble(cases: list, harness, device: torch.device, data_root=None, download: bool = False,
+                 on_task=None) -> list:
+    """Run ``cases`` (the same case but for the seed) as one ensemble; their records, in order."""
+    from .runner import run_case
+    method_classes = {harness.methods[c.method] for c in cases}
+    saved = {cls: cls.__dict__.get("fit") for cls in method_classes}
+    coordinator = threading.Semaphore(0)
+    members = [_Member(c, coordinator) for c in cases]
+
+    def body(member: _Member, report) -> None:
+        _local.member = member
+        member.turn.acquire()
+        try:
+            member.record = run_case(member.case, harness, device, data_root, download, report)
+        except BaseException as exc:   # noqa: BLE001 - handed to the coordinator, re-raised there
+            member.crash = exc
+        finally:
+            member.done = True
+            coordinator.release()
+
+    for cls in method_classes:
+        cls.fit = _fit_hook(getattr(cls, "fit"))
+    try:
+        threads = []
+        for i, member in enumerate(members):   # one at a time: each builds its case up to its first fit
+            thread = threading.Thread(target=body, args=(member, on_task if i == 0 else None),
+                                      name=f"clh-ensemble-{member.case.seed}", daemon=True)
+            thread.start()
+            threads.append(thread)
+            member.turn.release()
+            coordinator.acquire()
+        while True:
+            waiting = [m for m in members if not m.done]
+            if not waiting:
+                break
+            try:
+                _train_task(waiting)
+            except Exception as exc:   # the ensemble's own failure: every waiting member fails with it
+                for m in waiting:
+                    m.error = MethodError(f"ensemble training failed: {type(exc).__name__}: {exc}")
+            for m in waiting:
+                m.batches = None
+                m.turn.release()
+                coordinator.acquire()
+        for thread in threads:
+            thread.join()
+    finally:
+        for cls, fit in saved.items():
+            if fit is None:
+                del cls.fit
+            else:
+                cls.fit = fit
+    for m in members:
+        if m.crash is not None:
+            raise m.crash
+    E = len(members)
+    for m in members:
+        m.record.extra["executor"] = f"ensemble:{E}"
+        m.record.extra["ensemble_train_seconds"] = m.record.train_seconds
+        m.record.train_seconds = m.train_seconds
+    return [m.record for m in members]
+
+
+# ------------------------------------------------------------------------------------------ one task
+class _View:
+    """What the method's own ``loss`` reads of ``self`` for one member, inside ``vmap``: ``model``
+    (the functional call on the member's parameters) and ``labels`` (its task grouping)."""
+
+    def __init__(self, cls, model, labels):
+        self.model, self.labels = model, labels
+        self.cross_entropy = types.MethodType(cls.cross_entropy, self)
+        self.loss = types.MethodType(cls.loss, self)
+
+
+def _train_task(members: list[_Member]) -> None:
+    """One task of every member: their ``fit(batches)`` calls trained as one batched model."""
+    from torch.func import functional_call, grad_and_value, stack_module_state, vmap
+
+    from ..toolkit.training import TaskLabels, Trainer
+    t0 = time.perf_counter()
+    methods = [m.method for m in members]
+    cls = type(methods[0])
+    models = [method.model for method in methods]
+    for model in models:
+        model.train()
+    params, buffers = stack_module_state(models)
+    base = copy.deepcopy(models[0]).to("meta")
+    base.train()
+    trainer = Trainer.for_method(methods[0], params=params.values())   # the members' hyperparameters
+    optimizer = trainer.optimizer
+    task_il = methods[0].labels.task_il
+    groups = torch.stack([method.labels.group for method in methods])
+
+    def member_loss(p, b, x, y, group):
+        labels = types.SimpleNamespace(task_il=task_il, group=group)
+        labels.mask = types.MethodType(TaskLabels.mask, labels)
+        return _View(cls, lambda inp: functional_call(base, (p, b), (inp,)), labels).loss(x, y)
+
+    step_fn = vmap(grad_and_value(member_loss), randomness="error")
+    E = len(members)
+    iters = [iter(m.batches) for m in members]
+    alive = [m.error is None for m in members]
+    steps = 0
+    while True:
+        batch = [next(iters[e], None) if alive[e] else None for e in range(E)]
+        batch = [None if b is None else tuple(b) for b in batch]   # (x, y) pairs or Batch objects
+        for e in range(E):
+            if batch[e] is None:
+                alive[e] = False
+        active = [e for e in range(E) if batch[e] is not None]
+        if not active:
+            break
+        by_shape: dict[tuple, list[int]] = {}
+        for e in active:
+            x, y = batch[e]
+            by_shape.setdefault((tuple(x.shape), tuple(y.shape)), []).append(e)
+        full = len(by_shape) == 1 and len(active) == E
+        grads = None if full else {k: torch.zeros_like(p) for k, p in params.items()}
+        moved = []
+        for idx in by_shape.values():
+            X = torch.stack([batch[e][0] for e in idx])
+            Y = torch.stack([batch[e][1] for e in idx])
+            if full:
+                P = {k: p.detach() for k, p in params.items()}
+                g, losses = step_fn(P, buffers, X, Y, groups)
+                grads = g
+            else:
+                at = torch.tensor(idx, device=X.device)
+                P = {k: p.detach().index_select(0, at) for k, p in params.items()}
+                B = {k: b.index_select(0, at) for k, b in buffers.items()}
+                g, losses = step_fn(P, B, X, Y, groups.index_select(0, at))
+                for k in grads:
+                    grads[k].index_copy_(0, at, g[k])
+                for k, b in buffers.items():
+                    b.index_copy_(0, at, B[k])
+            for e, value in zip(idx, losses.tolist()):
+                if value != value or value in (float("inf"), float("-inf")):   # the solo guard, before the step
+                    members[e].error = Diverged(f"method {methods[e].name!r}: non-finite loss ({value}) at or "
+                                                f"before training step {steps + 1}; try a lower learning rate")
+                    alive[e] = False
+                else:
+                    moved.append(e)
+        still = sorted(set(range(E)) - set(moved))
+        if still:
+            at = torch.tensor(still)
+            kept = {k: p.detach().index_select(0, at).clone() for k, p in params.items()}
+        for k, p in params.items():
+            p.grad = grads[k]
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if still:
+            with torch.no_grad():
+                for k, p in params.items():
+                    p.index_copy_(0, at, kept[k])
+        steps += 1
+    with torch.no_grad():   # every member's weights back into its own model
+        for e, model in enumerate(models):
+            for name, p in model.named_parameters():
+                p.copy_(params[name][e])
+            for name, b in model.named_buffers():
+                b.copy_(buffers[name][e])
+    share = (time.perf_counter() - t0) / E
+    for m in members:
+        m.train_seconds += share
