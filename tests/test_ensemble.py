@@ -1,0 +1,143 @@
+"""Seed ensembles (issue 32, clharness.engine.ensemble): members train as one batched model and
+write the records their solo runs write."""
+import copy
+import functools
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import clharness
+from clharness.engine.ensemble import _Member, _train_task, why_solo
+from clharness.method import Context, Setting
+from clharness.toolkit.backbones import MLP
+
+
+def _run(tmp_path, name, methods, seeds, **kw):
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        records = clharness.run("quickstart", methods=methods, seeds=seeds, quick=True, device="cpu",
+                                results=tmp_path / f"{name}.sqlite", **kw)
+    return records, [str(w.message) for w in said]
+
+
+@pytest.mark.parametrize("method", ["finetune", "joint"])
+def test_members_equal_their_solo_runs(tmp_path, method):
+    """The floor: every member's accuracy matrix is its solo run's (within 1e-4, float reassociation),
+    under the same key, and says it ran in an ensemble of 3."""
+    solo, _ = _run(tmp_path, "solo", [method], 3)
+    ens, _ = _run(tmp_path, "ens", [method], 3, ensemble=True)
+    assert [r.seed for r in ens] == [0, 1, 2] and all(r.status == "passed" for r in ens)
+    for a, b in zip(solo, ens):
+        assert a.key == b.key
+        assert np.allclose(a.acc_matrix, b.acc_matrix, atol=1e-4, rtol=0)
+        assert a.task_sizes == b.task_sizes and a.class_order == b.class_order
+        assert "executor" not in a.extra and b.extra["executor"] == "ensemble:3"
+    assert len({tuple(np.ravel(r.acc_matrix)) for r in ens}) == 3   # three different members, not one copied
+
+
+def test_stored_member_is_not_retrained(tmp_path):
+    """A member already in the store is reused; the ensemble shrinks to the others."""
+    first, _ = _run(tmp_path, "store", ["finetune"], 1)
+    again, _ = _run(tmp_path, "store", ["finetune"], 3, ensemble=True)
+    reused = {u.name: u.reused for u in again.units if u.role == "case"}
+    assert reused == {"ci-5x2[finetune-seed0]": True, "ci-5x2[finetune-seed1]": False,
+                      "ci-5x2[finetune-seed2]": False}
+    assert again[0].key == first[0].key and "executor" not in again[0].extra
+    assert [r.extra.get("executor") for r in again[1:]] == ["ensemble:2", "ensemble:2"]
+
+
+def test_unbatchable_method_runs_solo_and_says_why(tmp_path):
+    records, said = _run(tmp_path, "er", ["er"], 2, ensemble=True)
+    assert all(r.status == "passed" and "executor" not in r.extra for r in records)
+    assert any("quickstart::ci-5x2[er] runs solo" in s and "not opted in" in s for s in said)
+
+
+def test_why_solo_names_each_obstacle():
+    from clharness.engine.runner import Case, resolve_hparams
+    from clharness.engine.suites import load_suite
+    from clharness.plugins import Harness
+    harness = Harness()
+    suite = load_suite(harness.suites["quickstart"], quick=True)
+    spec, cls = suite.scenarios[0], harness.methods["finetune"]
+    hp = resolve_hparams(cls)
+    assert why_solo(Case("q", spec, "finetune", 0, hp), cls) is None
+    assert "schedule" in why_solo(Case("q", spec, "finetune", 0, {**hp, "scheduler": "cosine"}), cls)
+    assert "opted in" in why_solo(Case("q", spec, "er", 0, hp), harness.methods["er"])
+
+
+# --------------------------------------------------------------- the batched step, against a hand loop
+def _members(optimizer, **hp):
+    from clharness.toolkit.training import SupervisedMethod
+    torch.manual_seed(0)
+    ctx = Context(Setting.CLASS_IL, 3, (4,), backbone_factory=functools.partial(MLP, (4,), hidden=5, layers=1))
+    members = []
+    for _ in range(2):
+        method = SupervisedMethod(ctx, optimizer=optimizer, lr=0.1, **hp)
+        method.labels.add(_FakeExp())
+        members.append(method)
+    return members
+
+
+class _FakeExp:
+    classes, batch_size = (0, 1, 2), 4
+
+    def __len__(self):
+        return 8
+
+
+def _data():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(12, 4, generator=g)
+    y = torch.randint(0, 3, (12,), generator=g)
+    # member 0: batches of 4, 4, 2 (a ragged last batch); member 1: 4, 4 (runs out a step early)
+    return [[(x[0:4], y[0:4]), (x[4:8], y[4:8]), (x[8:10], y[8:10])],
+            [(x[2:6], y[2:6]), (x[6:10], y[6:10])]]
+
+
+@pytest.mark.parametrize("optimizer,hp", [("sgd", {"momentum": 0.9, "weight_decay": 1e-3}), ("adam", {})])
+def test_batched_step_equals_independent_optimizers(optimizer, hp):
+    """Hand reference: each member alone, torch.optim over its own parameters, mean cross-entropy,
+    one step per batch. The ensemble steps both at once; the member that runs out keeps its weights
+    (SGD momentum and weight decay, Adam's moments would move them on a zero gradient)."""
+    methods, data = _members(optimizer, **hp), _data()
+    expected = []
+    for method, batches in zip(methods, data):
+        model = copy.deepcopy(method.model)
+        opt = (torch.optim.SGD(model.parameters(), lr=0.1, **hp) if optimizer == "sgd"
+               else torch.optim.Adam(model.parameters(), lr=0.1))
+        for x, y in batches:
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+        expected.append([p.detach().clone() for p in model.parameters()])
+    members = []
+    for method, batches in zip(methods, data):
+        m = _Member(None, None)
+        m.method, m.batches = method, iter(batches)
+        members.append(m)
+    _train_task(members)
+    for method, want in zip(methods, expected):
+        for p, q in zip(method.model.parameters(), want):
+            assert torch.allclose(p, q, atol=1e-6), (p - q).abs().max()
+    moved = [torch.cat([p.flatten() for p in m.model.parameters()]) for m in methods]
+    assert not torch.allclose(moved[0], moved[1])
+
+
+def test_nonfinite_loss_fails_only_that_member():
+    methods, data = _members("sgd"), _data()
+    data[1][1] = (torch.full((4, 4), float("nan")), data[1][1][1])
+    members = []
+    for method, batches in zip(methods, data):
+        m = _Member(None, None)
+        m.method, m.batches = method, iter(batches)
+        members.append(m)
+    before = [p.detach().clone() for p in methods[1].model.parameters()]
+    _train_task(members)
+    assert members[0].error is None
+    assert "non-finite loss (nan) at or before training step 2" in str(members[1].error)
+    after_one = list(methods[1].model.parameters())
+    assert all(torch.isfinite(p).all() for p in after_one)
+    assert any(not torch.equal(p, q) for p, q in zip(after_one, before))   # its first step was taken
