@@ -408,6 +408,17 @@ MUTATIONS: tuple[Mutation, ...] = (
              'own = copy.deepcopy(dict(o.get("eval_spec", {}))) if side == "eval" else {}', 'own = {}',
              ("tests/test_gtep_protocol_round2.py::test_each_phase_runs_the_papers_architecture_for_its_dataset",
               "tests/test_gtep_protocol_round2.py::test_eval_spec_changes_only_the_evaluation_phase")),
+    # seed ensembles (issue 32): a member whose batches ran out keeps its weights; stored members are not retrained
+    Mutation("ensemble-finished-member-keeps-moving", "clharness/engine/ensemble.py",
+             "p.index_copy_(0, at, kept[k])", "pass",
+             ("tests/test_ensemble.py::test_batched_step_equals_independent_optimizers",)),
+    Mutation("ensemble-retrains-stored-members", "clharness/engine/ensemble.py",
+             "and u.key not in stash and not stored(u.key))]", "and u.key not in stash)]",
+             ("tests/test_ensemble.py::test_stored_member_is_not_retrained",)),
+    # CLDyB (issue 30 item 7): appendix B.3's selection on the first three tasks' validation sets
+    Mutation("cldyb-cc-selects-on-two-tasks", "suites/cldyb-cc.toml",
+             'select_hparams = { tasks = 3, metric = "aa" }', 'select_hparams = { tasks = 2, metric = "aa" }',
+             ("tests/test_cldyb_protocol_round2.py::test_table_suites_select_hyperparameters_on_the_first_three_tasks_validation",)),
 )
 
 

@@ -1,0 +1,55 @@
+"""CLDyB protocol points of issue 30 (items 7-9), pinned against the paper's text (tests/data)."""
+import re
+from pathlib import Path
+
+import pytest
+
+import clharness.engine.runner  # noqa: F401  (loaded once: pytester runs share one torch)
+import clharness_methods  # noqa: F401
+from clharness.benchmarks.cldyb import kind  # noqa: F401
+from clharness.engine.suites import load_suite
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITES = ROOT / "suites"
+DATA = Path(__file__).resolve().parent / "data"
+WORDS = {"two": 2, "three": 3, "four": 4, "five": 5}
+# the suites that reproduce the paper's tables and figures (Table 1, Fig. 3/4, figs. 9, 11, 13)
+TABLE_SUITES = ["cldyb-cc", "cldyb-ic", "cldyb-pool"]
+
+
+def b3_selection_tasks() -> int:
+    text = (DATA / "cldyb_b3.txt").read_text()
+    m = re.search(r"hyper-parameters of each CL method are selected on the validation sets of the first (\w+) tasks", text)
+    return WORDS[m.group(1)]
+
+
+# --- item 7: appendix B.3 hyperparameter selection in every CLDyB suite that reproduces a table -----------
+@pytest.mark.parametrize("name", TABLE_SUITES)
+def test_table_suites_select_hyperparameters_on_the_first_three_tasks_validation(name):
+    assert b3_selection_tasks() == 3
+    for spec in load_suite(SUITES / f"{name}.toml").scenarios:
+        assert spec.select_hparams is not None, spec.name
+        assert spec.select_hparams["tasks"] == 3 and spec.select_hparams.get("metric", "aa") == "aa"
+        assert spec.validation > 0                                   # selection scores on validation splits
+
+
+def _collect(pytester, *args):
+    result = pytester.runpytest("-p", "no:cacheprovider", "--collect-only", "-q", *args)
+    return [line for line in result.outlines if "::" in line]
+
+
+def test_selection_items_grid_the_tuning_space_and_skip_methods_without_one(pytester):
+    import clharness as clh
+    ranpac = clh.Harness().methods["ranpac"]
+    grid = 1
+    for p in ranpac.tuning_space.values():
+        grid *= len(p.values)
+    ids = _collect(pytester, "--clh-suite", "cldyb-cc", "--clh-seeds", "1", "--clh-method", "ranpac",
+                   "--clh-method", "er")
+    for seq in ("cc", "random", "heldout"):
+        picks = [i for i in ids if i.startswith(f"cldyb-cc::cc/{seq}[ranpac-seed0-select-c")]
+        assert len(picks) == grid                                   # A-GEM's grid over RanPAC's declared sets
+        assert f"cldyb-cc::cc/{seq}[ranpac-seed0]" in ids
+        assert not [i for i in ids if i.startswith(f"cldyb-cc::cc/{seq}[er-seed0-select")]   # no space: unselected
+    quick = _collect(pytester, "--clh-suite", "cldyb-cc", "--clh-quick", "--clh-seeds", "1", "--clh-method", "ranpac")
+    assert sum("-select-c" in i for i in quick) == 3                # configurations = 1 per searched sequence
