@@ -419,6 +419,11 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("cldyb-cc-selects-on-two-tasks", "suites/cldyb-cc.toml",
              'select_hparams = { tasks = 3, metric = "aa" }', 'select_hparams = { tasks = 2, metric = "aa" }',
              ("tests/test_cldyb_protocol_round2.py::test_table_suites_select_hyperparameters_on_the_first_three_tasks_validation",)),
+    # CLDyB (issue 30 item 8): table 1's CC sequence is searched by fig. 3/9's five methods, from CLDyB-pool
+    Mutation("cldyb-cc-searched-by-every-method", "suites/cldyb-cc.toml",
+             'search_methods = ["clser", "hide_prompt", "ranpac", "pgp", "afec"]   # fig. 3 / 9',
+             'search_methods = []   # fig. 3 / 9',
+             ("tests/test_cldyb_protocol_round2.py::test_table1_suite_searches_with_fig9s_methods_and_evaluates_table1s_on_the_cldyb_pool",)),
 )
 
 

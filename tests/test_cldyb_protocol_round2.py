@@ -53,3 +53,44 @@ def test_selection_items_grid_the_tuning_space_and_skip_methods_without_one(pyte
         assert not [i for i in ids if i.startswith(f"cldyb-cc::cc/{seq}[er-seed0-select")]   # no space: unselected
     quick = _collect(pytester, "--clh-suite", "cldyb-cc", "--clh-quick", "--clh-seeds", "1", "--clh-method", "ranpac")
     assert sum("-select-c" in i for i in quick) == 3                # configurations = 1 per searched sequence
+
+
+# --- item 8: table 1 / fig. 4 suites: the paper's pool, searching and evaluation-only methods ----------
+PAPER_NAMES = {"RanPAC": "ranpac", "HidePrompt": "hide_prompt", "DualPrompt": "dualprompt", "PGP": "pgp",
+               "LAE": "lae", "SLCA": "slca", "ER": "er", "CLSER": "clser", "AFEC": "afec"}
+
+
+def paper_methods():
+    """(table 1's methods, fig. 9's searching methods, fig. 9's evaluation-only methods), our names."""
+    text = (DATA / "cldyb_table1_fig9.txt").read_text()
+    table1 = [PAPER_NAMES[m.group(1)] for m in re.finditer(r"^(\w+) \(.*?\)\t[\d.]+\t", text, re.M)]
+    m = re.search(r"\. ([\w, ]+?) are used during searching while ([\w, ]+?) are reserved for evaluation only", text)
+    names = lambda s: [PAPER_NAMES[n.strip()] for n in re.split(r",| and ", s) if n.strip()]  # noqa: E731
+    return table1, names(m.group(1)), names(m.group(2))
+
+
+def test_table1_suite_searches_with_fig9s_methods_and_evaluates_table1s_on_the_cldyb_pool():
+    from clharness.benchmarks.cldyb.pool import POOL_DATASETS
+    table1, searchers, evaluated = paper_methods()
+    assert table1 == ["ranpac", "hide_prompt", "dualprompt", "pgp", "lae", "slca", "er"]
+    assert searchers == ["clser", "hide_prompt", "ranpac", "pgp", "afec"]
+    suite = load_suite(SUITES / "cldyb-cc.toml")
+    assert list(suite.methods) == table1
+    for spec in suite.scenarios:
+        o = spec.options
+        assert o["search_methods"] == searchers
+        assert [e["options"]["folder"] for e in o["pool"]] == list(POOL_DATASETS)
+        assert not any("imagenet-r" in (e["dataset"], e.get("options", {}).get("folder")) for e in o["pool"])
+        assert {e["name"] for e in o["heldout_pool"]}.isdisjoint(e["name"] for e in o["pool"])
+        assert (o["classes_per_task"], o["steps"]) == (20, 10)
+        assert "heldout" in o["use_cases"] and "cc" in o["use_cases"]
+
+
+def test_fig4_suite_searches_one_sequence_per_method_of_the_nine_on_the_cldyb_pool():
+    from clharness.benchmarks.cldyb.pool import POOL_DATASETS
+    _, searchers, evaluated = paper_methods()
+    suite = load_suite(SUITES / "cldyb-ic.toml")
+    assert sorted(suite.methods) == sorted(searchers + evaluated) and len(suite.methods) == 9
+    for spec in suite.scenarios:
+        assert [e["options"]["folder"] for e in spec.options["pool"]] == list(POOL_DATASETS)
+        assert spec.options["use_cases"] == ["ic"]

@@ -211,5 +211,6 @@ def test_suite_datasets_reads_every_dataset_reference():
     from clharness.builtin import suite_dir
     assert F.suite_datasets(suite_dir() / "gtep-cifar50.toml") == [
         ("cifar100", {}), ("imagefolder", {"path": "imagenet"})]   # read at 224x224 for ResNet-18 (issue 30 item 3)
+    from clharness.benchmarks.cldyb.pool import POOL_DATASETS   # table 1's pool is CLDyB-pool (issue 30 item 8)
     assert F.suite_datasets(suite_dir() / "cldyb-cc.toml") == [
-        ("imagenet-r", {}), ("cub200", {}), ("imagefolder", {"path": "cldyb-heldout"})]
+        *(("cldyb-pool", {"folder": f, "min_images": 45}) for f in POOL_DATASETS), ("imagefolder", {"path": "cldyb-heldout"})]
