@@ -33,6 +33,8 @@ guard checks every step on every device (a solo CUDA run checks every 50 steps).
 from __future__ import annotations
 
 import copy
+import functools
+import math
 import os
 import random
 import threading
@@ -266,7 +268,7 @@ class _View:
 
 def _train_task(members: list[_Member]) -> None:
     """One task of every member: their ``fit(batches)`` calls trained as one batched model."""
-    from torch.func import functional_call, grad_and_value, stack_module_state, vmap
+    from torch.func import functional_call, stack_module_state, vmap
 
     from ..toolkit.training import TaskLabels, Trainer
     t0 = time.perf_counter()
@@ -288,7 +290,17 @@ def _train_task(members: list[_Member]) -> None:
         labels.mask = types.MethodType(TaskLabels.mask, labels)
         return _View(cls, lambda inp: functional_call(base, (p, b), (inp,)), labels).loss(x, y)
 
-    step_fn = vmap(grad_and_value(member_loss), randomness="error")
+    batched = _stacked_forward(models[0])   # hand-batched layers (bmm) where every layer is known, else vmap
+
+    def group_losses(P, B, X, Y, G):
+        """Each member's loss on its own batch: the method's own ``loss`` (via ``_View``)."""
+        if batched is not None:
+            return torch.stack([_View(cls, lambda inp, o=o: o, types.SimpleNamespace(
+                task_il=task_il, group=G[i], mask=functools.partial(TaskLabels.mask, types.SimpleNamespace(
+                    task_il=task_il, group=G[i])))).loss(X[i], Y[i])
+                for i, o in enumerate(batched(P, X).unbind(0))])
+        return vmap(member_loss, randomness="error")(P, B, X, Y, G)
+
     E = len(members)
     iters = [iter(m.batches) for m in members]
     alive = [m.error is None for m in members]
@@ -307,39 +319,40 @@ def _train_task(members: list[_Member]) -> None:
             x, y = batch[e]
             by_shape.setdefault((tuple(x.shape), tuple(y.shape)), []).append(e)
         full = len(by_shape) == 1 and len(active) == E
-        grads = None if full else {k: torch.zeros_like(p) for k, p in params.items()}
-        moved = []
+        moved, total = [], None
         for idx in by_shape.values():
             X = torch.stack([batch[e][0] for e in idx])
             Y = torch.stack([batch[e][1] for e in idx])
             if full:
-                P = {k: p.detach() for k, p in params.items()}
-                g, losses = step_fn(P, buffers, X, Y, groups)
-                grads = g
+                losses = group_losses(params, buffers, X, Y, groups)
             else:
                 at = torch.tensor(idx, device=X.device)
-                P = {k: p.detach().index_select(0, at) for k, p in params.items()}
+                P = {k: p.index_select(0, at) for k, p in params.items()}
                 B = {k: b.index_select(0, at) for k, b in buffers.items()}
-                g, losses = step_fn(P, B, X, Y, groups.index_select(0, at))
-                for k in grads:
-                    grads[k].index_copy_(0, at, g[k])
-                for k, b in buffers.items():
-                    b.index_copy_(0, at, B[k])
-            for e, value in zip(idx, losses.tolist()):
-                if value != value or value in (float("inf"), float("-inf")):   # the solo guard, before the step
+                losses = group_losses(P, B, X, Y, groups.index_select(0, at))
+                with torch.no_grad():
+                    for k, b in buffers.items():
+                        b.index_copy_(0, at, B[k])
+            ok = []
+            for i, (e, value) in enumerate(zip(idx, losses.detach().tolist())):
+                if not math.isfinite(value):   # the solo guard: raised before the step
                     members[e].error = Diverged(f"method {methods[e].name!r}: non-finite loss ({value}) at or "
                                                 f"before training step {steps + 1}; try a lower learning rate")
                     alive[e] = False
                 else:
+                    ok.append(i)
                     moved.append(e)
+            if ok:   # members are independent: the gradient of the sum is each member's own gradient
+                part = losses.sum() if len(ok) == len(idx) else losses[ok].sum()
+                total = part if total is None else total + part
         still = sorted(set(range(E)) - set(moved))
         if still:
             at = torch.tensor(still)
             kept = {k: p.detach().index_select(0, at).clone() for k, p in params.items()}
-        for k, p in params.items():
-            p.grad = grads[k]
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        if total is not None:
+            optimizer.zero_grad(set_to_none=True)
+            total.backward()
+            optimizer.step()
         if still:
             with torch.no_grad():
                 for k, p in params.items():
@@ -354,3 +367,36 @@ def _train_task(members: list[_Member]) -> None:
     share = (time.perf_counter() - t0) / E
     for m in members:
         m.train_seconds += share
+
+
+def _stacked_forward(model: torch.nn.Module):
+    """``f(params, x)``: the model's forward for stacked parameters and inputs (E, N, ...), written with
+    batched matrix products (one ``baddbmm`` per Linear for all members), or None when the model has a
+    layer this does not know (then ``vmap`` runs the model's own forward). Known: Classifier, MLP,
+    Sequential, Flatten, Linear, ReLU: the digits MLP, where vmap's per-op cost outweighs the work."""
+    from ..method import Classifier
+    from ..toolkit.backbones import MLP
+    known = (Classifier, MLP, torch.nn.Sequential, torch.nn.Flatten, torch.nn.Linear, torch.nn.ReLU)
+    if any(type(m) not in known for m in model.modules()) or any(True for _ in model.buffers()):
+        return None
+    if any(m.start_dim != 1 or m.end_dim != -1 for m in model.modules() if isinstance(m, torch.nn.Flatten)):
+        return None
+
+    def run(module, prefix, P, x):
+        if isinstance(module, Classifier):
+            return run(module.head, prefix + "head.", P, run(module.backbone, prefix + "backbone.", P, x))
+        if isinstance(module, MLP):
+            return run(module.net, prefix + "net.", P, x)
+        if isinstance(module, torch.nn.Sequential):
+            for name, child in module.named_children():
+                x = run(child, f"{prefix}{name}.", P, x)
+            return x
+        if isinstance(module, torch.nn.Flatten):
+            return x.flatten(2)
+        if isinstance(module, torch.nn.ReLU):
+            return torch.relu(x)
+        weight, bias = P[prefix + "weight"], P.get(prefix + "bias")
+        out = torch.bmm(x, weight.transpose(1, 2))
+        return out if bias is None else out + bias.unsqueeze(1)
+
+    return lambda P, x: run(model, "", P, x)
