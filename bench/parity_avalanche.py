@@ -251,7 +251,8 @@ KNOWN = {
     "pnn": "ours: laterals from hidden layers only, none on the raw input (paper eq. 2), see pnn docstring",
     "gdumb": "both retrain from scratch on the memory after every task; Avalanche restarts from the same initial "
              "weights each time, ours draws fresh ones per retraining (seeded), and the samplers differ in ties",
-    "icarl": "see icarl's declared deviations (docs/methods.md)",
+    "icarl": "ours: softmax cross-entropy + KD at T=2 (PyCIL, icarl's declared deviation); Avalanche: the paper's "
+             "sigmoid binary cross-entropy with the old model's outputs as targets (ICaRLLossPlugin)",
     "bic": "see bic's declared deviations (docs/methods.md)",
 }
 
