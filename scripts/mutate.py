@@ -415,6 +415,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("ensemble-retrains-stored-members", "clharness/engine/ensemble.py",
              "and u.key not in stash and not stored(u.key))]", "and u.key not in stash)]",
              ("tests/test_ensemble.py::test_stored_member_is_not_retrained",)),
+    Mutation("ensemble-group-batchnorm-stats-dropped", "clharness/engine/ensemble.py",
+             "b.index_copy_(0, at, B[k])", "pass",
+             ("tests/test_ensemble.py::test_batchnorm_members_with_ragged_batches_match_their_solo_steps",)),
     # CLDyB (issue 30 item 7): appendix B.3's selection on the first three tasks' validation sets
     Mutation("cldyb-cc-selects-on-two-tasks", "suites/cldyb-cc.toml",
              'select_hparams = { tasks = 3, metric = "aa" }', 'select_hparams = { tasks = 2, metric = "aa" }',

@@ -141,3 +141,47 @@ def test_nonfinite_loss_fails_only_that_member():
     after_one = list(methods[1].model.parameters())
     assert all(torch.isfinite(p).all() for p in after_one)
     assert any(not torch.equal(p, q) for p, q in zip(after_one, before))   # its first step was taken
+
+
+class _BNNet(torch.nn.Module):
+    """A layer the hand-batched forward does not know (BatchNorm): the vmap path."""
+    out_dim = 5
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.BatchNorm1d(5), torch.nn.ReLU())
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def test_batchnorm_members_with_ragged_batches_match_their_solo_steps():
+    """Member 0's last batch has 2 samples while member 1 has 4: stepped in groups of equal size, so
+    BatchNorm normalises each member's batch over its own samples only (padding would not) and the
+    running statistics are each member's own."""
+    from clharness.toolkit.training import SupervisedMethod
+    torch.manual_seed(0)
+    ctx = Context(Setting.CLASS_IL, 3, (4,), backbone_factory=_BNNet)
+    methods = [SupervisedMethod(ctx, optimizer="sgd", lr=0.1, momentum=0.9) for _ in range(2)]
+    for m in methods:
+        m.labels.add(_FakeExp())
+    data = _data()
+    data[1].append((data[0][0][0] * 2, data[0][0][1]))   # member 1: 4, 4, 4 (full where member 0 is ragged)
+    expected = []
+    for method, batches in zip(methods, data):
+        model = copy.deepcopy(method.model).train()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        for x, y in batches:
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+        expected.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    members = []
+    for method, batches in zip(methods, data):
+        m = _Member(None, None)
+        m.method, m.batches = method, iter(batches)
+        members.append(m)
+    _train_task(members)
+    for method, want in zip(methods, expected):
+        for k, v in method.model.state_dict().items():
+            assert torch.allclose(v.float(), want[k].float(), atol=1e-6), k
