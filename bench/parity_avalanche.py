@@ -248,6 +248,9 @@ KNOWN = {
            "task just learned) from the replay pool, so that task is never replayed while the next one trains; "
            "without that exclusion Avalanche's MIR gives 0.902/0.881/0.933 (mlp, 5 epochs, seeds 0-2)",
     "mir-avalanche": "Avalanche bug, as for mir (the options close nothing: the gap is Avalanche's exclusion)",
+    "mas-avalanche": "Avalanche's MAS reaches NaN weights in the second experience at lr 0.05, lambda 1 on the conv "
+                     "net (no divergence guard: chance accuracy), our mas_variant='avalanche' (written after "
+                     "Avalanche 0.2.1) stays finite; not explained yet",
     "pnn": "ours: laterals from hidden layers only, none on the raw input (paper eq. 2), see pnn docstring",
     "gdumb": "both retrain from scratch on the memory after every task; Avalanche restarts from the same initial "
              "weights each time, ours draws fresh ones per retraining (seeded), and the samplers differ in ties",
