@@ -185,3 +185,25 @@ def test_batchnorm_members_with_ragged_batches_match_their_solo_steps():
     for method, want in zip(methods, expected):
         for k, v in method.model.state_dict().items():
             assert torch.allclose(v.float(), want[k].float(), atol=1e-6), k
+
+
+@pytest.mark.parametrize("train_backbone", ["frozen", "first-task"])
+def test_ncm_members_equal_their_solo_runs(train_backbone):
+    """NCM trains its backbone on the first task only ("first-task") or never ("frozen"): a member
+    pauses at that fit alone, and its class means are computed from the batched-trained weights."""
+    from clharness.engine.ensemble import run_ensemble
+    from clharness.engine.runner import Case, resolve_hparams, run_case
+    from clharness.engine.suites import load_suite
+    from clharness.kinds import install
+    from clharness.plugins import Harness
+    harness = Harness()
+    install(harness.kinds)
+    suite = load_suite(harness.suites["quickstart"], quick=True)
+    cls = harness.methods["ncm"]
+    cases = [Case(suite.name, suite.scenarios[0], "ncm", s, resolve_hparams(cls, {"train_backbone": train_backbone}))
+             for s in range(3)]
+    solo = [run_case(c, harness, torch.device("cpu")) for c in cases]
+    ens = run_ensemble(cases, harness, torch.device("cpu"))
+    for a, b in zip(solo, ens):
+        assert a.status == b.status == "passed" and a.key == b.key and b.extra["executor"] == "ensemble:3"
+        assert np.allclose(a.acc_matrix, b.acc_matrix, atol=1e-4, rtol=0)

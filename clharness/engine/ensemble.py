@@ -51,6 +51,7 @@ from ..method import Diverged, MethodError, Setting
 BATCHED = {
     "clharness_methods.finetune:Finetune",
     "clharness_methods.joint:Joint",
+    "clharness_methods.ncm:NCM",     # trains (train_backbone="first-task") with the standard loop, or not at all
 }
 
 
