@@ -10,6 +10,12 @@ import torch
 import torch.nn.functional as F
 
 import clharness
+# pytester's in-process runs drop modules first imported during a run: import them here (as test_pytest_plugin)
+import clharness.engine.runner  # noqa: F401
+import clharness.reporting.scorecard  # noqa: F401
+import clharness_methods  # noqa: F401
+import sklearn.datasets  # noqa: F401
+import sklearn.model_selection  # noqa: F401
 from clharness.engine.ensemble import _Member, _train_task, why_solo
 from clharness.method import Context, Setting
 from clharness.toolkit.backbones import MLP
@@ -207,3 +213,41 @@ def test_ncm_members_equal_their_solo_runs(train_backbone):
     for a, b in zip(solo, ens):
         assert a.status == b.status == "passed" and a.key == b.key and b.extra["executor"] == "ensemble:3"
         assert np.allclose(a.acc_matrix, b.acc_matrix, atol=1e-4, rtol=0)
+
+
+MINI = """
+[suite]
+name = "mini"
+seeds = 2
+
+[defaults]
+dataset = "digits"
+backbone = "mlp"
+backbone_options = { hidden = 32, layers = 1 }
+epochs = 1
+tasks = 5
+
+[[scenario]]
+name = "ci"
+
+[[scenario]]
+name = "ti"
+setting = "task-incremental"
+"""
+
+
+def test_pytest_option_runs_members_as_ensembles(pytester, tmp_path):
+    """``--clh-ensemble`` reaches the engine: the same records as a solo session (class- and
+    task-incremental), each saying it ran in an ensemble of 2."""
+    from clharness.results import ResultsStore
+    pytester.makefile(".toml", mini=MINI)
+    stores = {}
+    for name, extra in (("solo", ()), ("ens", ("--clh-ensemble",))):
+        stores[name] = tmp_path / f"{name}.sqlite"
+        pytester.runpytest("-p", "no:cacheprovider", "mini.toml", "--clh-method", "finetune", "--clh-results",
+                           str(stores[name]), *extra).assert_outcomes(passed=4)
+    solo, ens = ({r.key: r for r in ResultsStore(stores[n]).records()} for n in ("solo", "ens"))
+    assert solo.keys() == ens.keys() and len(ens) == 4
+    for key, record in ens.items():
+        assert record.extra["executor"] == "ensemble:2" and "executor" not in solo[key].extra
+        assert np.allclose(record.acc_matrix, solo[key].acc_matrix, atol=1e-4, rtol=0)
