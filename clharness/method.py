@@ -43,6 +43,7 @@ class Setting(str, enum.Enum):
     CLASS_IL = "class-incremental"   # task id hidden at train and test time
     TASK_IL = "task-incremental"     # task id given; logits masked to the task's classes
     ONLINE = "online"                # task-free stream, one minibatch at a time
+    DOMAIN_IL = "domain-incremental"  # the same classes every task, under a changing input distribution
 
     def __str__(self) -> str:
         return self.value

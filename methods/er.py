@@ -12,7 +12,7 @@ from clharness.toolkit.training import OPTIMIZER_SPACE, SupervisedMethod, Traine
 
 class ER(SupervisedMethod):
     name = "er"
-    settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.ONLINE})
+    settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.ONLINE, clh.Setting.DOMAIN_IL})
     hparams = {**OPTIMIZER_SPACE, "buffer": clh.Choice(["class-balanced", "reservoir"])}
     OFFER_ROWS = 256   # rows per buffer.add after a task (224x224 RGB: 154 MB of float inputs at once)
 

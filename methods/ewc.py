@@ -25,6 +25,7 @@ class EWC(SupervisedMethod):
     minibatch's mean loss, averaged over the minibatches (model in eval mode, the suite's batch size,
     data in order). The two differ by about the batch size where per-sample gradients disagree."""
     name = "ewc"
+    settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.DOMAIN_IL})
     paper = ("J. Kirkpatrick et al., Overcoming catastrophic forgetting in neural networks, PNAS 2017; "
              "F. Huszár, Note on the quadratic penalties in elastic weight consolidation, PNAS 2018")
     reference = "ContinualAI/avalanche: avalanche/training/plugins/ewc.py"

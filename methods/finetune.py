@@ -11,7 +11,7 @@ class Finetune(SupervisedMethod):
     reference = "ContinualAI/avalanche: avalanche/training/supervised/strategy_wrappers.py"
     deviations = ("task-incremental: cross-entropy over the task's own classes of the single head (Avalanche's "
                   "Naive trains whatever head the model has: all outputs, or a multi-head model's task head)",)
-    settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.ONLINE})
+    settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.ONLINE, clh.Setting.DOMAIN_IL})
 
     def observe(self, batch):
         self.trainer = getattr(self, "trainer", None) or Trainer.for_method(self)

@@ -2,12 +2,14 @@
 trains on the union of all of them, starting from the current weights."""
 import torch
 
+import clharness as clh
 from clharness.toolkit.buffers import DataStore
 from clharness.toolkit.training import SupervisedMethod, optimizer_space
 
 
 class Joint(SupervisedMethod):
     name = "joint"
+    settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.DOMAIN_IL})
     paper = ("V. Lomonaco et al., Avalanche: an End-to-End Library for Continual Learning, CVPR Workshops 2021 "
              "(the Cumulative upper bound)")
     reference = "ContinualAI/avalanche: avalanche/training/supervised/cumulative.py"

@@ -7,7 +7,7 @@ from test_layers import MODULES  # noqa: E402  (one walk of the package for both
 
 
 def test_every_family_lives_in_its_own_folder():
-    for family in ("splits", "stf", "m2i", "gtep", "cldyb"):
+    for family in ("splits", "stf", "m2i", "gtep", "cldyb", "domains"):
         assert f"clharness.benchmarks.{family}.kind" in MODULES
     for gone in ("scenarios", "cldyb", "stream_plots"):
         assert f"clharness.{gone}" not in MODULES
@@ -16,7 +16,7 @@ def test_every_family_lives_in_its_own_folder():
 def test_builtin_kinds_register_through_the_hook():
     harness = Harness(entry_points=False)
     entries = {e.name: e for e in harness.kinds.entries()}
-    assert set(entries) == {"split", "stf", "curriculum", "gtep", "cldyb"}
+    assert set(entries) == {"split", "stf", "curriculum", "gtep", "cldyb", "domain"}
     assert all(e.source.startswith("clharness.benchmarks") for e in entries.values())
     assert entries["gtep"].obj.load().__name__ == "clharness.benchmarks.gtep.kind"
     impls = [i.plugin_name for i in harness.pm.hook.clharness_add_kinds.get_hookimpls()]

@@ -29,7 +29,7 @@ def test_shipped_suite_loads_and_names_registered_methods(path):
 # The suites that run offline (bundled digits, synthetic data, tiny random-init models): every one is
 # green out of the box, quick in CI and in full under `-m slow`.
 OFFLINE = ["quickstart", "baselines-digits", "stf-digits", "stf-digits-difficulty", "m2i-mini", "gtep-digits",
-           "cldyb-mini", "cldyb-mini-ablations", "ptm-mini", "select-hparams-digits"]
+           "cldyb-mini", "cldyb-mini-ablations", "ptm-mini", "select-hparams-digits", "domain-digits"]
 
 
 def _green(suite, tmp_path, quick):

@@ -6,6 +6,7 @@ exactly as an outside package registers its own (see ``clharness.kinds`` for the
     m2i/      the M2I / I2M curricula and the curriculum effect (kind ``curriculum``)
     gtep/     the generalizable two-phase evaluation protocol: tuning and evaluation items (kind ``gtep``)
     cldyb/    CLDyB: pool, hard-task sampling, clustering, sequence search and replay (kind ``cldyb``)
+    domains/  domain-incremental streams: Permuted / Rotated digits and MNIST, CORe50, DomainNet (kind ``domain``)
 """
 from ..hookspecs import hookimpl
 from ..kinds import Kind
@@ -15,7 +16,8 @@ BUILTIN = (Kind("split", "clharness.benchmarks.splits.kind"),
            Kind("stf", "clharness.benchmarks.stf.kind", cli="clharness.benchmarks.stf.plots"),
            Kind("curriculum", "clharness.benchmarks.m2i.kind", cli="clharness.benchmarks.m2i.effect"),
            Kind("gtep", "clharness.benchmarks.gtep.kind"),
-           Kind("cldyb", "clharness.benchmarks.cldyb.kind"))
+           Kind("cldyb", "clharness.benchmarks.cldyb.kind"),
+           Kind("domain", "clharness.benchmarks.domains.kind"))
 
 
 @hookimpl

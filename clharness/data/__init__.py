@@ -6,6 +6,7 @@ from pathlib import Path
 
 from .base import ArrayDataset, DatasetMissing, DatasetSource, FileDataset, StreamData, TensorData
 from .bundled import Digits
+from .domains import CORe50, DomainNet
 from .imagefolder import CUB200, ImageFolder, ImageNetR, TinyImageNet
 from .synthetic import Synthetic
 from .torchvision_sources import CIFAR10, CIFAR100, EMNIST, KMNIST, MNIST, SVHN, FashionMNIST, Omniglot
@@ -26,6 +27,8 @@ BUILTIN_SOURCES: dict[str, type[DatasetSource]] = {
     "imagenet-r": ImageNetR,
     "cub200": CUB200,
     "synthetic": Synthetic,
+    "core50": CORe50,
+    "domainnet": DomainNet,
 }
 
 

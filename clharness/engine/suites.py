@@ -111,7 +111,7 @@ def spec_definition(spec: ScenarioSpec) -> dict[str, Any]:
 
 # Scenario kinds (benchmark families) come from the clharness_add_kinds hook: clharness.kinds holds
 # their registry and documents a kind's interface (OPTIONS, build, check, collect, sections).
-SETTINGS = ("class-incremental", "task-incremental", "online")   # clharness.Setting values
+SETTINGS = ("class-incremental", "task-incremental", "online", "domain-incremental")   # clharness.Setting values
 CHOICES = {"setting": SETTINGS, "class_order": ("seed", "fixed"),
            "normalize": ("dataset", "none", "imagenet", "timm")}   # toolkit.backbones.NORMALIZATIONS   # kind: checked against clharness.kinds
 SUITE_KEYS = ("name", "description", "seeds", "methods", "planned_methods")

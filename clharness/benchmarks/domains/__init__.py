@@ -1,0 +1,1 @@
+"""Domain-incremental benchmarks (kind ``domain``): the same classes, a new input distribution per task."""
