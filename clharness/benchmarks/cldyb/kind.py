@@ -325,11 +325,13 @@ def collect(session, suite, spec: ScenarioSpec, methods: list[str], seeds: int) 
 
 def _search_spec(spec: ScenarioSpec) -> dict:
     """The spec as it defines a search: select_hparams applies to the replays, not to the search."""
-    # keys that joined later (normalize, eval_every, ...): left out at their defaults, so the keys of
-    # existing searches do not change
-    from ...engine.suites import LATER_KEYS
+    # keys that joined the spec after the search key was defined: left out at their defaults, so the keys
+    # of existing searches do not change (augment and first_task_train were there from the start)
     return {k: v for k, v in dataclasses.asdict(spec).items()
-            if k != "select_hparams" and not (k in LATER_KEYS and v == LATER_KEYS[k])}
+            if k != "select_hparams" and not (k in SEARCH_LATER_KEYS and v == SEARCH_LATER_KEYS[k])}
+
+
+SEARCH_LATER_KEYS = {"normalize": "dataset", "eval_every": 0, "eval_samples": 100}
 
 
 def _run_search(session, unit) -> None:
