@@ -99,6 +99,15 @@ def ortho_penalty(t: torch.Tensor) -> torch.Tensor:
 
 class CodaPrompt(clh.Method):
     name = "coda_prompt"
+    paper = "Smith et al., CODA-Prompt: COntinual Decomposed Attention-based Prompting, CVPR 2023"
+    reference = "sun-hailong/LAMDA-PILOT: models/coda_prompt.py (GT-RIPL/CODA-Prompt: models/zoo.py)"
+    deviations = (
+        "num_tasks (default 10) sets the M / T components per task, since a class-incremental method is "
+        "not told the task count",
+        "cosine schedule 0.5 (1 + cos(pi e / E)) per epoch instead of the code's cos(99 pi e / (200 (E - 1)))",
+        "new components are orthogonalised against an orthonormal basis of the earlier ones' span",
+        "prompt_length must be even",
+    )
     hparams = {**optimizer_space(lr=0.001, optimizer="adam"),
                "scheduler": clh.Choice(["constant", "steplr", "cosine"], default="cosine"),
                "pool_size": clh.Int(1, 10000, default=100),

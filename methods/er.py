@@ -12,6 +12,14 @@ from clharness.toolkit.training import OPTIMIZER_SPACE, SupervisedMethod, Traine
 
 class ER(SupervisedMethod):
     name = "er"
+    paper = "Chaudhry et al., On Tiny Episodic Memories in Continual Learning, arXiv 2019"
+    reference = "aimagelab/mammoth: models/er.py"
+    deviations = (
+        "offline tasks offer their samples to the memory after the task (online streams after every "
+        "minibatch); the references add each incoming batch after its step, so replay during task t "
+        "already holds task t (ER-ACE and GMED do that here)",
+        "the memory is class-balanced by default (buffer = 'reservoir' gives the references' reservoir)",
+    )
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.ONLINE, clh.Setting.DOMAIN_IL})
     hparams = {**OPTIMIZER_SPACE, "buffer": clh.Choice(["class-balanced", "reservoir"])}
     OFFER_ROWS = 256   # rows per buffer.add after a task (224x224 RGB: 154 MB of float inputs at once)

@@ -17,6 +17,10 @@ from clharness.toolkit.training import NEG, TaskLabels
 
 class SimpleCIL(clh.Method):
     name = "simplecil"
+    paper = ("Zhou et al., Revisiting Class-Incremental Learning with Pre-Trained Models: Generalizability "
+             "and Adaptivity are All You Need, IJCV 2024")
+    reference = "sun-hailong/LAMDA-PILOT: models/simplecil.py"
+    deviations = ()
     hparams = {}
 
     def __init__(self, context, **hparams):

@@ -32,6 +32,12 @@ from clharness.toolkit.training import NEG, SupervisedMethod, Trainer
 
 class SLCA(SupervisedMethod):
     name = "slca"
+    paper = "Zhang et al., SLCA: Slow Learner with Classifier Alignment for Continual Learning, ICCV 2023"
+    reference = "GengDavid/SLCA: models/slca.py"
+    deviations = (
+        "one linear head over the global classes; earlier tasks' rows are frozen by restoring them after "
+        "the task (the code keeps per-task heads with freeze_old)",
+    )
     version = "2"   # alignment from task 2, resampled per epoch, mean scaling, head restored, MultiStepLR
     hparams = {"lr": clh.Float(1e-4, 1.0, default=0.01, log=True),            # head
                "backbone_lr": clh.Float(0.0, 1.0, default=0.0001),
