@@ -4,6 +4,7 @@ solo run does; the records are checked equal), median of interleaved repeats.
 
     python bench/ensemble.py                          # mlp and cnn, 1 and 2 threads, 5 seeds, 3 repeats
     python bench/ensemble.py --backbones mlp --threads 1 --repeats 5 --method joint
+    python bench/ensemble.py --backbones mlp --hidden 32     # a narrow MLP: per-step overhead dominates
 
 Workloads: the quickstart suite (sklearn digits 8x8, 5 tasks x 2 classes, 5 epochs, batch 32, class-IL)
 with its MLP, and the same scenario with the small conv net of the STF paper (``cnn``: two conv blocks
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 
 
-def cases(method: str, backbone: str, seeds: int, epochs: int | None):
+def cases(method: str, backbone: str, seeds: int, epochs: int | None, hidden: int | None = None):
     from clharness.engine.runner import Case, resolve_hparams
     from clharness.engine.suites import load_suite
     from clharness.kinds import install
@@ -30,7 +31,8 @@ def cases(method: str, backbone: str, seeds: int, epochs: int | None):
     harness = Harness()
     install(harness.kinds)
     suite = load_suite(harness.suites["quickstart"])
-    spec = dataclasses.replace(suite.scenarios[0], backbone=backbone, backbone_options={},
+    options = {"hidden": hidden} if hidden and backbone == "mlp" else {}
+    spec = dataclasses.replace(suite.scenarios[0], backbone=backbone, backbone_options=options,
                                **({"epochs": epochs} if epochs else {}))
     hp = resolve_hparams(harness.methods[method], suite.hparams.get(method, {}))
     return harness, [Case(suite.name, spec, method, s, hp) for s in range(seeds)]
@@ -58,13 +60,14 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=None, help="override the suite's epochs (default 5)")
+    ap.add_argument("--hidden", type=int, default=None, help="the MLP's width (default 256)")
     args = ap.parse_args()
     from clharness.engine.runner import set_cpu_threads
     print(f"{args.method}, E = {args.seeds} seeds, median of {args.repeats} interleaved repeats (wall seconds)")
     print(f"{'backbone':8} {'threads':>7} {'solo':>8} {'ensemble':>9} {'ratio':>6}   "
           f"{'train solo':>10} {'train ens':>9} {'ratio':>6}  equal")
     for backbone in args.backbones:
-        harness, batch = cases(args.method, backbone, args.seeds, args.epochs)
+        harness, batch = cases(args.method, backbone, args.seeds, args.epochs, args.hidden)
         for threads in args.threads:
             set_cpu_threads(threads)
             torch.set_num_threads(threads)

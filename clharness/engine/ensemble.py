@@ -33,14 +33,12 @@ guard checks every step on every device (a solo CUDA run checks every 50 steps).
 from __future__ import annotations
 
 import copy
-import functools
 import math
 import os
 import random
 import threading
 import time
 import types
-from typing import Any
 
 import numpy as np
 import torch
@@ -271,7 +269,9 @@ def _train_task(members: list[_Member]) -> None:
     """One task of every member: their ``fit(batches)`` calls trained as one batched model."""
     from torch.func import functional_call, stack_module_state, vmap
 
-    from ..toolkit.training import TaskLabels, Trainer
+    import torch.nn.functional as F
+
+    from ..toolkit.training import NEG, TaskLabels, Trainer
     t0 = time.perf_counter()
     methods = [m.method for m in members]
     cls = type(methods[0])
@@ -294,12 +294,16 @@ def _train_task(members: list[_Member]) -> None:
     batched = _stacked_forward(models[0])   # hand-batched layers (bmm) where every layer is known, else vmap
 
     def group_losses(P, B, X, Y, G):
-        """Each member's loss on its own batch: the method's own ``loss`` (via ``_View``)."""
+        """Each member's loss on its own batch. The vmap path calls the method's own ``loss`` (via
+        ``_View``); the hand-batched path writes SupervisedMethod.loss out for all members at once (the
+        mean cross-entropy over the logits masked as TaskLabels.mask masks them: only methods that keep
+        that loss are batched, ``why_solo``), float reassociation apart the same numbers."""
         if batched is not None:
-            return torch.stack([_View(cls, lambda inp, o=o: o, types.SimpleNamespace(
-                task_il=task_il, group=G[i], mask=functools.partial(TaskLabels.mask, types.SimpleNamespace(
-                    task_il=task_il, group=G[i])))).loss(X[i], Y[i])
-                for i, o in enumerate(batched(P, X).unbind(0))])
+            logits = batched(P, X)                                   # (E, N, C)
+            if task_il:
+                logits = logits.masked_fill(G.gather(1, Y)[:, :, None] != G[:, None, :], NEG)
+            n, c = Y.shape[1], logits.shape[-1]
+            return F.cross_entropy(logits.reshape(-1, c), Y.reshape(-1), reduction="none").view(-1, n).mean(1)
         return vmap(member_loss, randomness="error")(P, B, X, Y, G)
 
     E = len(members)
