@@ -272,8 +272,9 @@ class PODNet(ExemplarLearner):
         "the balanced fine-tuning set is the memory already reduced to the budget (the authors' fixed "
         "memory per class; PyCIL fine-tunes on memory_size / old-classes exemplars per class)",
         "intermediate maps come from any backbone by the rule in the module docstring",
-        "the global head exists from the start (unseen classes masked); exemplars join every batch in a "
-        "fixed share (rehearsal_batches)",
+        "the global head exists from the start (unseen classes masked); exemplars and the task's data are "
+        "one shuffled pass per epoch, as the reference's loader (rehearsal = 'balanced' gives a fixed share "
+        "per batch)",
         "old proxies are frozen by a detached copy in the forward pass, so SGD's weight decay still "
         "shrinks them (their directions, all a cosine classifier uses, do not change)",
     )
