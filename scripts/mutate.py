@@ -422,6 +422,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("ensemble-group-batchnorm-stats-dropped", "clharness/engine/ensemble.py",
              "b.index_copy_(0, at, B[k])", "pass",
              ("tests/test_ensemble.py::test_batchnorm_members_with_ragged_batches_match_their_solo_steps",)),
+    Mutation("ensemble-ewc-penalty-state-dropped", "clharness/engine/ensemble.py",
+             "state = {name: _tree([getattr(method, name) for method in methods]) for name in names}",
+             "state = {name: _tree([getattr(methods[0], name) for method in methods]) for name in names}",
+             ("tests/test_ensemble.py::test_members_equal_their_solo_runs",)),
     # CLDyB (issue 30 item 7): appendix B.3's selection on the first three tasks' validation sets
     Mutation("cldyb-cc-selects-on-two-tasks", "suites/cldyb-cc.toml",
              'select_hparams = { tasks = 3, metric = "aa" }', 'select_hparams = { tasks = 2, metric = "aa" }',

@@ -29,7 +29,7 @@ def _run(tmp_path, name, methods, seeds, **kw):
     return records, [str(w.message) for w in said]
 
 
-@pytest.mark.parametrize("method", ["finetune", "joint"])
+@pytest.mark.parametrize("method", ["finetune", "joint", "ewc"])
 def test_members_equal_their_solo_runs(tmp_path, method):
     """The floor: every member's accuracy matrix is its solo run's (within 1e-4, float reassociation),
     under the same key, and says it ran in an ensemble of 3."""
@@ -193,10 +193,12 @@ def test_batchnorm_members_with_ragged_batches_match_their_solo_steps():
             assert torch.allclose(v.float(), want[k].float(), atol=1e-6), k
 
 
-@pytest.mark.parametrize("train_backbone", ["frozen", "first-task"])
-def test_ncm_members_equal_their_solo_runs(train_backbone):
+@pytest.mark.parametrize("method,hp", [("ncm", {"train_backbone": "frozen"}), ("ncm", {"train_backbone": "first-task"}),
+                                       ("ewc", {"ewc_mode": "separate"}), ("ewc", {"ewc_fisher": "minibatch"})])
+def test_members_equal_their_solo_runs_other_options(method, hp):
     """NCM trains its backbone on the first task only ("first-task") or never ("frozen"): a member
-    pauses at that fit alone, and its class means are computed from the batched-trained weights."""
+    pauses at that fit alone, and its class means are computed from the batched-trained weights.
+    EWC's own loss reads its per-member Fishers and anchors (one per task in "separate" mode)."""
     from clharness.engine.ensemble import run_ensemble
     from clharness.engine.runner import Case, resolve_hparams, run_case
     from clharness.engine.suites import load_suite
@@ -205,9 +207,8 @@ def test_ncm_members_equal_their_solo_runs(train_backbone):
     harness = Harness()
     install(harness.kinds)
     suite = load_suite(harness.suites["quickstart"], quick=True)
-    cls = harness.methods["ncm"]
-    cases = [Case(suite.name, suite.scenarios[0], "ncm", s, resolve_hparams(cls, {"train_backbone": train_backbone}))
-             for s in range(3)]
+    cls = harness.methods[method]
+    cases = [Case(suite.name, suite.scenarios[0], method, s, resolve_hparams(cls, hp)) for s in range(3)]
     solo = [run_case(c, harness, torch.device("cpu")) for c in cases]
     ens = run_ensemble(cases, harness, torch.device("cpu"))
     for a, b in zip(solo, ens):

@@ -50,12 +50,27 @@ BATCHED = {
     "clharness_methods.finetune:Finetune",
     "clharness_methods.joint:Joint",
     "clharness_methods.ncm:NCM",     # trains (train_backbone="first-task") with the standard loop, or not at all
+    "clharness_methods.ewc:EWC",     # its own loss (cross-entropy + penalty), see STATE
+}
+# methods whose own ``loss`` reads per-member state besides the model and labels: those attributes
+# (tensors, dicts and lists of them), stacked over the members and handed to each member's loss in vmap
+STATE = {
+    "clharness_methods.ewc:EWC": ("fisher", "anchor", "task_fishers", "task_anchors"),
 }
 
 
+def _qualname(cls) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
 def opted_in(method_cls) -> bool:
-    return (getattr(method_cls, "ensemble", False) is True
-            or f"{method_cls.__module__}:{method_cls.__qualname__}" in BATCHED)
+    return getattr(method_cls, "ensemble", False) is True or _qualname(method_cls) in BATCHED
+
+
+def _state_names(method_cls):
+    """The attributes its own loss reads per member (STATE, or a class attribute ``ensemble_state``)."""
+    names = getattr(method_cls, "ensemble_state", None)
+    return tuple(names) if names is not None else STATE.get(_qualname(method_cls))
 
 
 def why_solo(case, method_cls, harness=None, device: torch.device | None = None) -> str | None:
@@ -66,6 +81,8 @@ def why_solo(case, method_cls, harness=None, device: torch.device | None = None)
     if not issubclass(method_cls, SupervisedMethod):
         return f"method {case.method!r} is not a SupervisedMethod"
     for name in ("fit", "loss", "cross_entropy"):
+        if name == "loss" and _state_names(method_cls) is not None:
+            continue   # its own loss, run per member inside vmap with its stacked state
         if getattr(method_cls, name) is not getattr(SupervisedMethod, name):
             return f"method {case.method!r} overrides {name}()"
     spec = case.scenario
@@ -257,17 +274,58 @@ def run_ensemble(cases: list, harness, device: torch.device, data_root=None, dow
 # ------------------------------------------------------------------------------------------ one task
 class _View:
     """What the method's own ``loss`` reads of ``self`` for one member, inside ``vmap``: ``model``
-    (the functional call on the member's parameters) and ``labels`` (its task grouping)."""
+    (the functional call on the member's parameters), ``labels`` (its task grouping), ``hp``, the
+    member's declared state (``_state_names``) and the class's other methods, bound to the view."""
 
-    def __init__(self, cls, model, labels):
-        self.model, self.labels = model, labels
+    def __init__(self, cls, model, labels, hp=None, state=None):
+        self._cls = cls
+        self.model, self.labels, self.hp = model, labels, hp
+        vars(self).update(state or {})
         self.cross_entropy = types.MethodType(cls.cross_entropy, self)
         self.loss = types.MethodType(cls.loss, self)
+
+    def __getattr__(self, name):
+        attr = getattr(vars(self)["_cls"], name)
+        return types.MethodType(attr, self) if isinstance(attr, types.FunctionType) else attr
+
+
+class _FModel:
+    """One member's model inside vmap: called, it is the functional call on the member's parameters;
+    ``named_parameters()`` gives those parameters (a penalty such as EWC's reads them)."""
+
+    def __init__(self, base, params, buffers):
+        self.base, self.params, self.buffers = base, params, buffers
+
+    def __call__(self, x):
+        from torch.func import functional_call
+        return functional_call(self.base, (self.params, self.buffers), (x,))
+
+    def named_parameters(self):
+        return iter(self.params.items())
+
+
+def _tree(values: list):
+    """``values`` (one per member: tensors, or dicts and lists of them) stacked into one tree."""
+    first = values[0]
+    if isinstance(first, dict):
+        return {k: _tree([v[k] for v in values]) for k in first}
+    if isinstance(first, (list, tuple)):
+        return [_tree([v[i] for v in values]) for i in range(len(first))]
+    return torch.stack([v.detach() for v in values])
+
+
+def _rows(tree, at):
+    """The rows of members ``at`` of a stacked tree."""
+    if isinstance(tree, dict):
+        return {k: _rows(v, at) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_rows(v, at) for v in tree]
+    return tree.index_select(0, at)
 
 
 def _train_task(members: list[_Member]) -> None:
     """One task of every member: their ``fit(batches)`` calls trained as one batched model."""
-    from torch.func import functional_call, stack_module_state, vmap
+    from torch.func import stack_module_state, vmap
 
     import torch.nn.functional as F
 
@@ -286,14 +344,19 @@ def _train_task(members: list[_Member]) -> None:
     task_il = methods[0].labels.task_il
     groups = torch.stack([method.labels.group for method in methods])
 
-    def member_loss(p, b, x, y, group):
+    names = _state_names(cls) or ()
+    state = {name: _tree([getattr(method, name) for method in methods]) for name in names}
+    hp = methods[0].hp
+
+    def member_loss(p, b, x, y, group, s):
         labels = types.SimpleNamespace(task_il=task_il, group=group)
         labels.mask = types.MethodType(TaskLabels.mask, labels)
-        return _View(cls, lambda inp: functional_call(base, (p, b), (inp,)), labels).loss(x, y)
+        return _View(cls, _FModel(base, p, b), labels, hp, s).loss(x, y)
 
-    batched = _stacked_forward(models[0])   # hand-batched layers (bmm) where every layer is known, else vmap
+    # hand-batched layers (bmm) where every layer is known and the loss is SupervisedMethod's, else vmap
+    batched = _stacked_forward(models[0]) if not names else None
 
-    def group_losses(P, B, X, Y, G):
+    def group_losses(P, B, X, Y, G, S):
         """Each member's loss on its own batch. The vmap path calls the method's own ``loss`` (via
         ``_View``); the hand-batched path writes SupervisedMethod.loss out for all members at once (the
         mean cross-entropy over the logits masked as TaskLabels.mask masks them: only methods that keep
@@ -304,7 +367,7 @@ def _train_task(members: list[_Member]) -> None:
                 logits = logits.masked_fill(G.gather(1, Y)[:, :, None] != G[:, None, :], NEG)
             n, c = Y.shape[1], logits.shape[-1]
             return F.cross_entropy(logits.reshape(-1, c), Y.reshape(-1), reduction="none").view(-1, n).mean(1)
-        return vmap(member_loss, randomness="error")(P, B, X, Y, G)
+        return vmap(member_loss, randomness="error")(P, B, X, Y, G, S)
 
     E = len(members)
     iters = [iter(m.batches) for m in members]
@@ -329,12 +392,12 @@ def _train_task(members: list[_Member]) -> None:
             X = torch.stack([batch[e][0] for e in idx])
             Y = torch.stack([batch[e][1] for e in idx])
             if full:
-                losses = group_losses(params, buffers, X, Y, groups)
+                losses = group_losses(params, buffers, X, Y, groups, state)
             else:
                 at = torch.tensor(idx, device=X.device)
                 P = {k: p.index_select(0, at) for k, p in params.items()}
                 B = {k: b.index_select(0, at) for k, b in buffers.items()}
-                losses = group_losses(P, B, X, Y, groups.index_select(0, at))
+                losses = group_losses(P, B, X, Y, groups.index_select(0, at), _rows(state, at))
                 with torch.no_grad():
                     for k, b in buffers.items():
                         b.index_copy_(0, at, B[k])
