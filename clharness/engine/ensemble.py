@@ -21,14 +21,34 @@ The members run in threads that take turns (never two at once): a baton handed b
 each member's global random streams saved and restored at every hand-over, so the interleaving
 changes nothing a member computes.
 
-Which methods: the opted-in ones (``BATCHED``, or a class attribute ``ensemble = True``) whose
-``learn`` is the standard supervised loop: one ``self.fit(batches)`` per task with the default loss,
-parameters and trainer (a fresh optimizer per task), and the step elementwise over members. A case
-that cannot be batched runs solo; the session says which and why (``why_solo``).
+Which methods: the opted-in ones (``BATCHED``: finetune, joint, ncm, ewc; or a class attribute
+``ensemble = True``) whose ``learn`` trains through the standard supervised loop: ``self.fit(batches)``
+per task with the default parameters and trainer (a fresh optimizer per task), the step elementwise
+over members, and either SupervisedMethod's loss or the method's own loss reading declared per-member
+state (``STATE`` / ``ensemble_state``: EWC's Fishers and anchors, stacked and vmapped with the
+parameters). Work a method does around ``fit`` (NCM's class means, EWC's Fisher) runs in the member,
+on its trained weights. A case that cannot be batched runs solo; the session says which and why
+(``why_solo``). Not batched yet: replay (er, derpp: a loss that samples the member's memory with its
+own generator), lwf (see ``BATCHED``), online streams, continual evaluation, LR schedules.
+
+Two ways to run the members' forward: SupervisedMethod's loss on a model made only of Linear, ReLU
+and Flatten (the digits MLP) is written out with ``bmm`` for all members at once; anything else is
+``vmap(functional_call)`` of the model's own forward. Each member's loss is summed and one
+``backward`` gives every member its own gradient (the members share no parameter).
+
+Where it pays: the step's fixed cost (Python, dispatch, kernel launches) is paid once per ensemble
+instead of once per member; the arithmetic is the same. On a CPU the quickstart MLP's step is mostly
+GEMM arithmetic already, so the gain there is small (bench/ensemble.py measures it); a narrow MLP
+(overhead-bound) gains more, and a GPU, where a small model's step is all launch overhead, the most.
+
+Not done: under pytest-xdist the cases run solo (said once); under Ray (``--clh-ray``) the remote
+executor runs each case as its own task, so the option does not apply there.
 
 Declared differences from a solo run: ``train_seconds`` is the member's share of the ensemble's
 training time (the whole ensemble's in ``extra["ensemble_train_seconds"]``); the non-finite-loss
-guard checks every step on every device (a solo CUDA run checks every 50 steps).
+guard checks every step on every device (a solo CUDA run checks every 50 steps); floats are summed in
+another order (bmm / vmap kernels), so a chaotic run may drift from its solo twin (the equality floor
+is a test on the quickstart: accuracy matrices equal within 1e-4).
 """
 from __future__ import annotations
 
@@ -184,7 +204,8 @@ class _Member:
         self.crash: BaseException | None = None      # escaped run_case (KeyboardInterrupt)
         self.record = None
         self.done = False
-        self.train_seconds = 0.0
+        self.train_seconds = 0.0     # its share of the ensemble's training time
+        self.ensemble_seconds = 0.0  # the ensemble's training time while it was a member
 
     def pause(self) -> None:
         """Hand the baton to the coordinator; resume when it hands it back."""
@@ -270,7 +291,7 @@ def run_ensemble(cases: list, harness, device: torch.device, data_root=None, dow
     E = len(members)
     for m in members:
         m.record.extra["executor"] = f"ensemble:{E}"
-        m.record.extra["ensemble_train_seconds"] = m.record.train_seconds
+        m.record.extra["ensemble_train_seconds"] = m.ensemble_seconds
         m.record.train_seconds = m.train_seconds
     return [m.record for m in members]
 
@@ -454,9 +475,10 @@ def _train_task(members: list[_Member]) -> None:
                 p.copy_(params[name][e])
             for name, b in model.named_buffers():
                 b.copy_(buffers[name][e])
-    share = (time.perf_counter() - t0) / E
+    spent = time.perf_counter() - t0
     for m in members:
-        m.train_seconds += share
+        m.train_seconds += spent / E
+        m.ensemble_seconds += spent
 
 
 def _stacked_forward(model: torch.nn.Module):
