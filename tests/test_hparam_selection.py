@@ -138,14 +138,16 @@ def test_the_validation_best_configuration_is_chosen_and_applied_to_the_full_run
 
 def test_selection_runs_never_evaluate_test_data(project, monkeypatch):
     seen = []
-    evaluate = runner.evaluate
 
-    def spy(method, scenario, device, after):
-        marked = [bool((task.test.images[:, 0, 0, 0] == 255).any()) for task in scenario.tasks]
-        seen.append((scenario.spec.name, len(scenario.tasks), marked))
-        return evaluate(method, scenario, device, after)
+    def spying(evaluate):   # class-IL rows come from evaluate_views, the other settings' from evaluate
+        def spy(method, scenario, device, after):
+            marked = [bool((task.test.images[:, 0, 0, 0] == 255).any()) for task in scenario.tasks]
+            seen.append((scenario.spec.name, len(scenario.tasks), marked))
+            return evaluate(method, scenario, device, after)
+        return spy
 
-    monkeypatch.setattr(runner, "evaluate", spy)
+    monkeypatch.setattr(runner, "evaluate", spying(runner.evaluate))
+    monkeypatch.setattr(runner, "evaluate_views", spying(runner.evaluate_views))
     project.run().assert_outcomes(passed=3)
     selection = [s for s in seen if ":select-c" in s[0]]
     full = [s for s in seen if s[0] == "pairs"]

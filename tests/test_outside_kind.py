@@ -113,8 +113,8 @@ def test_clharness_list_shows_the_outside_kind_with_its_source(pytester):
                                                                             os.environ.get("PYTHONPATH", "")])})
     assert proc.returncode == 0, proc.stderr
     kinds = proc.stdout.split("\nkinds (")[1].split("\n\n")[0]
-    assert "kinds (6)" in "kinds (" + kinds
-    for name in ("split", "stf", "curriculum", "gtep", "cldyb"):
+    assert "kinds (7)" in "kinds (" + kinds
+    for name in ("split", "stf", "curriculum", "gtep", "cldyb", "domain"):
         assert f"\n{name} " in kinds and "clharness.benchmarks" in kinds
     line = next(line for line in kinds.splitlines() if line.startswith("domain-il"))
     assert "conftest" in line

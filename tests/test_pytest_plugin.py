@@ -132,7 +132,7 @@ def test_not_applicable_methods_are_skipped_with_reason(run):
 def test_unknown_method_and_suite_list_the_known_ones(run):
     result = run("mini.toml", "--clh-method", "nosuch")
     assert result.ret != 0
-    result.stdout.fnmatch_lines(["*unknown method 'nosuch'; known: *er*tiny*"])
+    result.stdout.fnmatch_lines(["*--clh-method: method 'nosuch' is not registered; registered: *er*tiny*"])
     result = run("--clh-suite", "nosuch")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unknown suite; known suites: *quickstart*"])
@@ -141,10 +141,10 @@ def test_unknown_method_and_suite_list_the_known_ones(run):
 @pytest.mark.parametrize("body, message", [
     (MINI.replace("epochs = 1", "epocs = 1"), "[defaults]: unknown key(s) 'epocs'; allowed: name, dataset"),
     (MINI.replace('setting = "task-incremental"', 'setting = "task-il"'),
-     "setting = 'task-il'; allowed values: class-incremental, task-incremental, online"),
+     "setting = 'task-il'; allowed values: class-incremental, task-incremental, online, domain-incremental"),
     (MINI.replace("seeds = 2", "seeds = 0"), "[suite] seeds = 0; expected a positive integer"),
     (MINI + "\n[hparams.tiny]\nlr = 7.0\n", "[hparams.tiny]: hyperparameter 'lr'=7.0 is outside [0.001, 1.0]"),
-    (MINI + "\n[hparams.tiny]\nmomentum = 0.9\n", "unknown hyperparameter(s) ['momentum']; declared: ['lr']"),
+    (MINI + "\n[hparams.tiny]\nmomentum = 0.9\n", "[hparams.tiny] 'momentum': 'tiny' has no hyperparameter 'momentum'"),
     ("[suite\nname=1", "not valid TOML"),
 ])
 def test_malformed_suite_is_a_collection_error_naming_file_and_key(pytester, body, message):

@@ -23,8 +23,9 @@ from .. import metrics
 
 
 class ContinualEval:
-    def __init__(self, method, scenario, device, every: int, samples: int, seed: int):
+    def __init__(self, method, scenario, device, every: int, samples: int, seed: int, accuracy, isolated_rng):
         self.method, self.scenario, self.device = method, scenario, device
+        self.accuracy, self.isolated_rng = accuracy, isolated_rng   # the runner's (no import back up)
         self.every, self.iteration, self.seconds = every, 0, 0.0
         g = torch.Generator().manual_seed(seed * 7919 + 17)
         self.subsets = [Subsample(task.test, samples, g, scenario.spec.eval_batch_size) for task in scenario.tasks]
@@ -39,11 +40,10 @@ class ContinualEval:
         return on_step
 
     def score(self, task: int, boundary: bool) -> None:
-        from .runner import accuracy, isolated_rng
         t0 = time.perf_counter()
         modes = [(m, m.training) for m in _modules(self.method)]
-        with isolated_rng(self.device):
-            acc = [accuracy(self.method, self.subsets[j], None, self.scenario.num_classes, self.device,
+        with self.isolated_rng(self.device):
+            acc = [self.accuracy(self.method, self.subsets[j], None, self.scenario.num_classes, self.device,
                             f"iteration {self.iteration}", None, self.scenario.spec.eval_batch_size,
                             f"task {j}'s evaluation subsample")
                    for j in range(task + 1)]

@@ -258,7 +258,8 @@ def task_protocol(method: Method, scenario: Scenario, device: torch.device, reco
     curve = None
     if every:
         from .continual_eval import ContinualEval
-        curve = ContinualEval(method, scenario, device, every, scenario.spec.eval_samples, record.seed)
+        curve = ContinualEval(method, scenario, device, every, scenario.spec.eval_samples, record.seed, accuracy,
+                              isolated_rng)
     for task in range(T):
         record.failed_task = task
         experience = scenario.experience(task)
