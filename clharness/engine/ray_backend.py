@@ -390,10 +390,20 @@ class RayExecutor:
             record = self.start().result(key, case)
         except RayBackendError as exc:
             raise Failed(str(exc)) from None
-        if record.key != key:   # a worker with other library versions hashes the case differently
-            raise Failed(f"{case.id}: the Ray worker computed record key {record.key}, the driver {key}: the "
-                         f"worker's library versions differ ({record.versions}); install the same versions on "
-                         "every node")
+        if record.key != key:   # a worker with other library versions or other code hashes the case differently
+            from .code_identity import code_digest
+            from .runner import _kind_file, versions
+            mine = code_digest(self.session.harness.methods[case.method], _kind_file(case.scenario.kind))
+            if record.versions != dict(versions()):
+                why = (f"the worker's library versions differ ({record.versions}, the driver's {dict(versions())}); "
+                       "install the same versions on every node")
+            elif record.code_digest != mine:
+                why = (f"the worker ran other code (digest {record.code_digest}, the driver's {mine}): a file of the "
+                       "method or of the harness changed on disk since the session started, or differs on that node; "
+                       "rerun the session (the same code everywhere)")
+            else:
+                why = "the worker's run definition differs from the driver's"
+            raise Failed(f"{case.id}: the Ray worker computed record key {record.key}, the driver {key}: {why}")
         return record
 
     def map_method(self, obj, method: str, calls: list[tuple]) -> list:
