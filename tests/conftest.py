@@ -11,13 +11,14 @@ from _pytest import pytester as _pytester
 # picks another seed, to look for tests that pass for one draw only.
 TEST_SEED = int(os.environ.get("CLH_TEST_SEED", "0"))
 
-# Modules that register process-wide native state when first imported (torch's operator libraries:
-# `torch.library.Library("_inductor_test", "DEF")` in torch/_inductor/test_operators.py, pulled in
-# by torch._dynamo, which torch imports lazily on the first optimizer step). pytester's in-process
-# runs (`runpytest`) restore sys.modules afterwards, dropping every module first imported during the
-# run; the next import re-executes such a module and torch refuses the second registration
-# ("Only a single TORCH_LIBRARY can be used to register the namespace ..."). These are kept.
-NATIVE_STATE = ("torch", "torchvision", "functorch", "triton")
+# pytester's in-process runs (`runpytest`) restore sys.modules afterwards, dropping every module first
+# imported during the run, and the next import executes it again. Libraries with process-wide native
+# state refuse that: torch's operator libraries (`torch.library.Library("_inductor_test", "DEF")` in
+# torch/_inductor/test_operators.py, pulled in by torch._dynamo, which torch imports lazily on the
+# first optimizer step) raise "Only a single TORCH_LIBRARY can be used to register the namespace ...",
+# and single-phase C extensions (numpy.fft's _pocketfft_umath, imported lazily by scipy.sparse) raise
+# "cannot load module more than once per process". These packages are kept across runs.
+NATIVE_STATE = ("torch", "torchvision", "functorch", "triton", "numpy", "scipy", "sklearn")
 
 
 def _keeps_native_state(name: str) -> bool:
