@@ -89,10 +89,13 @@ def test_er_loss_is_recorded_per_window_and_falls_along_the_stream(stf_records):
     assert 1.5 < loss[0] < 3.5                                    # an untrained 10-way head: about ln 10
     assert np.median(loss[len(loss) // 2:]) < 0.5 * loss[0]      # the loss falls along the stream
     assert len(er.extra["info_retention"]) == 3 and er.extra["eval_at"] == [1 / 3, 2 / 3, 1.0]
-    assert np.mean(er.extra["info_retention"]) == pytest.approx(er.metrics["info_retention"])
-    # GDumb trains only when evaluated: the windows of the three evaluation steps hold its losses
+    # Av. IR is exact (every step, issue 30 item 13): the three kept points are a curve, not its mean
+    assert 0 < er.metrics["info_retention"] <= 1
+    assert min(er.extra["info_retention"]) - 0.2 < er.metrics["info_retention"] < max(er.extra["info_retention"]) + 0.2
+    # GDumb trains only when evaluated, and exact retention evaluates after every step: every window
+    # holds its losses
     gdumb = np.array(stf_records[3].extra["train_loss"], dtype=float)
-    assert np.flatnonzero(~np.isnan(gdumb)).tolist() == [41, 83, 125]
+    assert not np.isnan(gdumb).any() and len(gdumb) == steps
     # the record survives the store's JSON (NaN as null) unchanged
     back = RunRecord.from_json(stf_records[3].to_json())
     assert np.array_equal(np.array(back.extra["train_loss"], dtype=float), gdumb, equal_nan=True)
