@@ -126,9 +126,19 @@ def radar_table(groups: Mapping[str, Sequence[RunRecord]]) -> tuple[list[str], d
 
 
 # ------------------------------------------------------------------------ figures
+# Colour-blind-safe colours: Okabe and Ito (2008) and Paul Tol's "muted" scheme (no grey, no black).
+METHOD_PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
+                  "#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677", "#882255",
+                  "#AA4499")
+
+
 def method_colors(methods: Sequence[str]) -> dict[str, tuple]:
-    """One stable colour per method across every figure of the page."""
-    cmap = colormaps["tab10" if len(methods) <= 10 else "tab20"]
+    """One colour per method (in the order given: pass the page's sorted methods so every figure of the
+    page agrees), from the colour-blind-safe METHOD_PALETTE while it lasts, tab20 beyond."""
+    from matplotlib.colors import to_rgba
+    if len(methods) <= len(METHOD_PALETTE):
+        return {m: to_rgba(METHOD_PALETTE[i]) for i, m in enumerate(methods)}
+    cmap = colormaps["tab20"]
     return {m: cmap(i % cmap.N) for i, m in enumerate(methods)}
 
 
