@@ -9,8 +9,11 @@ solo run does; the records are checked equal), median of interleaved repeats.
 Workloads: the quickstart suite (sklearn digits 8x8, 5 tasks x 2 classes, 5 epochs, batch 32, class-IL)
 with its MLP, and the same scenario with the small conv net of the STF paper (``cnn``: two conv blocks
 32 and 64 wide with BatchNorm, global pooling). Times are wall seconds of whole runs (setup, training,
-evaluation: what a session spends), and of the training part alone (the records' train_seconds; for an
-ensemble, its whole training time). The machine may be shared: say so next to any figure.
+evaluation: what a session spends), of the training part alone (the records' train_seconds; for an
+ensemble, its whole training time), and the process's CPU seconds for the whole runs (steadier than wall
+time on a loaded machine). The machine may be shared: say so next to any figure. Under load, two torch
+threads on a busy 2-core CPU make every small op wait for a descheduled thread (OpenMP): solo runs,
+with 5x the ops, suffer that 5x as often, so the 2-thread ratio measures the load as much as the method.
 """
 from __future__ import annotations
 
@@ -40,16 +43,16 @@ def cases(method: str, backbone: str, seeds: int, epochs: int | None, hidden: in
 
 def solo(harness, batch):
     from clharness.engine.runner import run_case
-    t = time.perf_counter()
+    t, c0 = time.perf_counter(), time.process_time()
     records = [run_case(c, harness, torch.device("cpu")) for c in batch]
-    return time.perf_counter() - t, sum(r.train_seconds for r in records), records
+    return time.perf_counter() - t, time.process_time() - c0, sum(r.train_seconds for r in records), records
 
 
 def ensemble(harness, batch):
     from clharness.engine.ensemble import run_ensemble
-    t = time.perf_counter()
+    t, c0 = time.perf_counter(), time.process_time()
     records = run_ensemble(batch, harness, torch.device("cpu"))
-    return time.perf_counter() - t, sum(r.train_seconds for r in records), records
+    return time.perf_counter() - t, time.process_time() - c0, sum(r.train_seconds for r in records), records
 
 
 def main() -> None:
@@ -65,7 +68,7 @@ def main() -> None:
     from clharness.engine.runner import set_cpu_threads
     print(f"{args.method}, E = {args.seeds} seeds, median of {args.repeats} interleaved repeats (wall seconds)")
     print(f"{'backbone':8} {'threads':>7} {'solo':>8} {'ensemble':>9} {'ratio':>6}   "
-          f"{'train solo':>10} {'train ens':>9} {'ratio':>6}  equal")
+          f"{'train solo':>10} {'train ens':>9} {'ratio':>6}   {'cpu solo':>8} {'cpu ens':>7} {'ratio':>6}  equal")
     for backbone in args.backbones:
         harness, batch = cases(args.method, backbone, args.seeds, args.epochs, args.hidden)
         for threads in args.threads:
@@ -73,17 +76,18 @@ def main() -> None:
             torch.set_num_threads(threads)
             solo(harness, batch[:1])   # warm up: imports, data, kernels
             ensemble(harness, batch[:2])
-            s_wall, e_wall, s_train, e_train, equal = [], [], [], [], True
+            s_wall, e_wall, s_train, e_train, s_cpu, e_cpu, equal = [], [], [], [], [], [], True
             for _ in range(args.repeats):
-                w, t, a = solo(harness, batch)
-                s_wall.append(w), s_train.append(t)
-                w, t, b = ensemble(harness, batch)
-                e_wall.append(w), e_train.append(t)
+                w, c, t, a = solo(harness, batch)
+                s_wall.append(w), s_cpu.append(c), s_train.append(t)
+                w, c, t, b = ensemble(harness, batch)
+                e_wall.append(w), e_cpu.append(c), e_train.append(t)
                 equal &= all(np.allclose(x.acc_matrix, y.acc_matrix, atol=1e-4, rtol=0) for x, y in zip(a, b))
             sw, ew = statistics.median(s_wall), statistics.median(e_wall)
             st, et = statistics.median(s_train), statistics.median(e_train)
+            sc, ec = statistics.median(s_cpu), statistics.median(e_cpu)
             print(f"{backbone:8} {threads:>7} {sw:8.2f} {ew:9.2f} {sw / ew:6.2f}   {st:10.2f} {et:9.2f} "
-                  f"{st / et:6.2f}  {equal}")
+                  f"{st / et:6.2f}   {sc:8.2f} {ec:7.2f} {sc / ec:6.2f}  {equal}")
     set_cpu_threads(1)
 
 
