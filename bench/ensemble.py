@@ -14,6 +14,14 @@ ensemble, its whole training time), and the process's CPU seconds for the whole 
 time on a loaded machine). The machine may be shared: say so next to any figure. Under load, two torch
 threads on a busy 2-core CPU make every small op wait for a descheduled thread (OpenMP): solo runs,
 with 5x the ops, suffer that 5x as often, so the 2-thread ratio measures the load as much as the method.
+
+Measured (issue 32, a shared 2-core CPU, load average 2-3, finetune, 3 repeats): solo / ensemble wall
+0.95 (MLP, 1 thread), 0.53 (MLP, 2 threads), 0.82 (cnn, 1 thread), 0.53 (cnn, 2 threads); --hidden 32:
+1.63 (training alone 1.97). The quickstart MLP's solo step is already arithmetic (in isolation 1.7 ms for
+five members' steps solo, 1.8 ms batched: GEMMs of 32x64x256 and 32x256x256 per member), so there is no
+per-step overhead to amortise on a CPU; the narrow MLP has some. The cnn's batched path is vmap over
+convolutions and BatchNorm, slower per FLOP than the solo kernels. A GPU, where a small model's step is
+kernel-launch bound, is where the ensemble should pay; this machine has none.
 """
 from __future__ import annotations
 

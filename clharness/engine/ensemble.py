@@ -111,7 +111,7 @@ def why_solo(case, method_cls, harness=None, device: torch.device | None = None)
             return f"method {case.method!r} overrides {name}()"
     spec = case.scenario
     if spec.setting_enum not in (Setting.CLASS_IL, Setting.TASK_IL):
-        return f"setting {spec.setting}: only offline task protocols are batched"
+        return f"setting {spec.setting}: only class- and task-incremental task protocols are batched"
     if getattr(spec, "eval_every", 0):
         return "continual evaluation (eval_every) scores members mid-task"
     hp = case.hparams
