@@ -148,11 +148,19 @@ def _pin_xdist_worker(config: pytest.Config) -> None:
 
 def session_options(config: pytest.Config) -> Options:
     """The engine's options from the ``--clh-*`` command line."""
-    from .reporting.compare import parse_drops
-    try:
-        drops = parse_drops(config.getoption("clh_max_drop")) if config.getoption("clh_compare") else {}
-    except ValueError as exc:
-        raise pytest.UsageError(f"--clh-max-drop: {exc}") from None
+    from .reporting.compare import parse_drops, scorecard_metrics
+    drops, baseline = {}, config.getoption("clh_compare")
+    if baseline:
+        import json
+        try:   # every --clh-max-drop metric must be one the saved scorecard carries (a typo judges nothing)
+            rows = json.loads(Path(baseline).read_text())["summary"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise pytest.UsageError(f"--clh-compare {baseline}: not a clharness scorecard JSON ({exc}); "
+                                    "write one with --clh-scorecard FILE.json") from None
+        try:
+            drops = parse_drops(config.getoption("clh_max_drop"), known=scorecard_metrics(rows))
+        except ValueError as exc:
+            raise pytest.UsageError(f"--clh-max-drop: {exc}") from None
     return Options(results=config.getoption("clh_results"), fresh=config.getoption("clh_fresh"),
                    reuse_stale=config.getoption("clh_reuse_stale"),
                    quick=config.getoption("clh_quick"), seeds=config.getoption("clh_seeds"),

@@ -139,10 +139,13 @@ def test_regression_against_a_saved_scorecard(judged, tmp_path):
     base.write_text(json.dumps(saved))
     result = judged.runpytest("judged.toml", "-p", "plugin_methods", "-k", "tiny and not gate",
                              "--clh-compare", str(base), "--clh-max-drop", "final_acc=0.02",
-                             "--clh-max-drop", "avg_inc_acc=0.5", "--clh-max-drop", "nosuch=1", "-v")
+                             "--clh-max-drop", "avg_inc_acc=0.5", "-v")
     result.assert_outcomes(passed=3, failed=1)
     out = result.stdout.str()
     assert "compare[ci/tiny-final_acc] FAILED" in out and "compare[ci/tiny-avg_inc_acc] PASSED" in out
     assert "allowed drop 0.02" in out and "worse by 0.5000" in out
     assert "baseline has judged::ci[ghost], not run in this session" in out
-    assert "has no metric 'nosuch'" in out
+    typo = judged.runpytest("judged.toml", "-p", "plugin_methods", "-k", "tiny and not gate", "--clh-compare", str(base),
+                            "--clh-max-drop", "final_ac=0.02")   # issue 27: a typo is an error, not a note
+    assert typo.ret == pytest.ExitCode.USAGE_ERROR and "final_ac" in typo.stderr.str() and \
+        "did you mean 'final_acc'" in typo.stderr.str()

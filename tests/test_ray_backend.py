@@ -45,12 +45,10 @@ def test_serial_xdist_and_ray_give_bit_identical_matrices_at_the_default_threads
     CPU result moves with the thread count, so it is the method that shows it."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent.parent), str(Path(__file__).parent)]))
     args = ["--clh-suite", "quickstart", "--clh-quick", "--clh-seeds", "2", "--clh-method", "lwf",
-            "--clh-method", "er", "-k", "not gate", "-p", "no:cacheprovider"]
-    pytester.runpytest_subprocess(*args, "--clh-results", "serial.sqlite").assert_outcomes(passed=4, deselected=1)
-    pytester.runpytest_subprocess(*args, "--clh-results", "xdist.sqlite", "-n", "2").assert_outcomes(passed=4,
-                                                                                                   deselected=1)
-    pytester.runpytest(*args, "--clh-results", "ray.sqlite", "--clh-ray", "local").assert_outcomes(passed=4,
-                                                                                                 deselected=1)
+            "--clh-method", "er", "-p", "no:cacheprovider"]   # the suite's gates name methods not run: none
+    pytester.runpytest_subprocess(*args, "--clh-results", "serial.sqlite").assert_outcomes(passed=4)
+    pytester.runpytest_subprocess(*args, "--clh-results", "xdist.sqlite", "-n", "2").assert_outcomes(passed=4)
+    pytester.runpytest(*args, "--clh-results", "ray.sqlite", "--clh-ray", "local").assert_outcomes(passed=4)
     runs = [records(pytester.path / f"{name}.sqlite") for name in ("serial", "xdist", "ray")]
     assert sorted(runs[0]) == sorted(runs[1]) == sorted(runs[2]) and len(runs[0]) == 4
     for key in runs[0]:   # bit-identical: exact floats
@@ -278,7 +276,7 @@ def test_gtep_tuning_fans_out_and_selects_the_serial_h_star(pytester, ray_runtim
 
 
 def test_cldyb_lookahead_fans_out_and_chooses_the_serial_sequence(pytester, ray_runtime, monkeypatch):
-    from clharness.engine import ray_backend
+    from clharness.benchmarks.cldyb import kind as cldyb_kind
     from clharness.benchmarks.cldyb import search
     args = ["--clh-suite", "cldyb-mini", "--clh-quick", "--clh-seeds", "1", "-k", "search-cc", "-p",
             "no:cacheprovider"]
@@ -287,17 +285,17 @@ def test_cldyb_lookahead_fans_out_and_chooses_the_serial_sequence(pytester, ray_
     serial = json.loads(sequence.read_text())
     sequence.unlink()
     fanned = []   # (candidates, values) of every step valued through Ray tasks
-    make = ray_backend.lookahead_fan_out
+    make = cldyb_kind.remote_fan_out
 
-    def spy(plugin):
-        fan_out = make(plugin)
+    def spy(remote):
+        fan_out = make(remote)
 
         def spied(s, tasks):
             values, rewards = fan_out(s, tasks)
             fanned.append((len(tasks), values))
             return values, rewards
         return spied
-    monkeypatch.setattr(ray_backend, "lookahead_fan_out", spy)
+    monkeypatch.setattr(cldyb_kind, "remote_fan_out", spy)
     pytester.runpytest(*args, "--clh-results", "ray.sqlite", "--clh-ray", "auto").assert_outcomes(passed=1)
     remote = json.loads(sequence.read_text())
     assert search.Search.fan_out is None   # the hook is removed with the session

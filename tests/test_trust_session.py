@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+import clharness.engine.api  # noqa: F401  (loaded once: pytester's in-process runs drop what they import)
+import clharness.engine.runner  # noqa: F401
+import clharness_methods  # noqa: F401
+
 ROOT = Path(__file__).parent.parent
 QUICKSTART = (ROOT / "suites" / "quickstart.toml").read_text()
 
