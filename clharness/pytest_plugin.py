@@ -168,6 +168,7 @@ def session_options(config: pytest.Config) -> Options:
                    data_root=config.getoption("clh_data_root"), download=config.getoption("clh_download"),
                    presets=tuple(config.getoption("clh_preset")), plugins=tuple(config.getoption("clh_plugin")),
                    cpus_per_run=config.getoption("clh_cpus_per_run"),
+                   xdist_worker=hasattr(config, "workerinput"),
                    gate_timeout=config.getoption("clh_gate_timeout"), compare=config.getoption("clh_compare"),
                    max_drops=drops, ensemble=config.getoption("clh_ensemble"))
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import ray
 
+import clharness.benchmarks.cldyb.kind  # noqa: F401  (loaded before any in-process run: the spy patches it)
 import clharness.benchmarks.cldyb.search  # noqa: F401  (loaded once: pytester runs share one torch)
 import clharness.engine.ray_backend  # noqa: F401  (one module for the test and its sessions: the spy patches it)
 import clharness.engine.runner  # noqa: F401

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import random
 import threading
 import time
@@ -137,7 +136,7 @@ def member_record(session, unit, case, method_cls, key: str):
     stash = session.__dict__.setdefault("_ensembled", {})
     if key in stash:
         return stash.pop(key)
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if session.options.xdist_worker:   # this session is one pytest-xdist worker among several
         _say(session, ("xdist",), "--clh-ensemble under pytest-xdist: cases run solo (an ensemble is not yet "
                                   "scheduled as one xdist task)")
         return None
