@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     lst = sub.add_parser("list", help="registered methods, kinds, suites, datasets and backbones, with their sources")
     lst.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                      help="import MODULE as a clharness plugin")
+    lst.add_argument("--markdown", action="store_true",
+                     help="only the methods, as the markdown table README.md carries (name, settings, paper)")
 
     rep = sub.add_parser("report", help="scorecard tables of a results store; --html for a page with plots",
                          description="Prints the scorecard (mean and 95% CI over seeds) of every suite, "
@@ -190,10 +192,23 @@ def list_registered(args: argparse.Namespace) -> int:
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     try:
+        if getattr(args, "markdown", False):
+            print(methods_markdown(harness), end="")
+            return 0
         return _print_registered(harness)
     except RegistryError as exc:   # e.g. two plugins registering one name: one line, no traceback
         print(f"clharness list: {exc}", file=sys.stderr)
         return 2
+
+
+def methods_markdown(harness) -> str:
+    """Every registered method as a markdown table (README's list is this output, checked by a test)."""
+    rows = ["| method | settings | paper |", "|---|---|---|"]
+    for name in sorted(harness.methods):
+        cls = harness.methods[name]
+        settings = ", ".join(sorted(str(s) for s in cls.settings))
+        rows.append(f"| `{name}` | {settings} | {getattr(cls, 'paper', '') or '-'} |")
+    return "\n".join(rows) + "\n"
 
 
 def _print_registered(harness) -> int:
