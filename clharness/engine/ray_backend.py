@@ -334,12 +334,16 @@ class RayRunner:
     def cancel_all(self, settle_s: float = 10.0) -> None:
         """Cancel every outstanding task and wait (up to ``settle_s``) until each has settled, so no
         case of this session is still training, or about to start, once the session has ended."""
-        refs = [p.ref for p in self.pending.values()]
-        for ref in refs:
-            ray.cancel(ref, force=True)
+        import time
+        left = [p.ref for p in self.pending.values()]
         self.pending.clear()
-        if refs:
-            ray.wait(refs, num_returns=len(refs), timeout=settle_s)
+        deadline = time.monotonic() + settle_s
+        while left and time.monotonic() < deadline:
+            # again for the tasks not settled yet: a cancel that reached a task between its lease and its
+            # start (a loaded machine) can be lost, and the task would then run after the session
+            for ref in left:
+                ray.cancel(ref, force=True)
+            _, left = ray.wait(left, num_returns=len(left), timeout=1.0)
 
 
 def _last_line(exc: BaseException) -> str:
