@@ -73,6 +73,12 @@ def test_the_metrics_of_a_hand_made_curve():
     assert m["gap_recovery"] == pytest.approx(0.7 - 0.3)
     assert m["a_auc"] == pytest.approx(np.mean([0.6, 0.4, 0.6]))    # periodic points, mean over seen tasks
     assert all(math.isnan(v) for v in metrics.continual_metrics([], 2).values())
+    # three tasks: WC-ACC weighs the last task by 1/T = 1/3 and min-ACC by 2/3 (the two differ from T = 3 on)
+    three = pts + [{"iteration": 10, "task": 2, "acc": [0.2, 0.4, 0.6], "boundary": False},
+                   {"iteration": 12, "task": 2, "acc": [0.3, 0.5, 0.9], "boundary": True}]
+    m3 = metrics.continual_metrics(three, tasks=3)
+    assert m3["min_acc"] == pytest.approx((0.2 + 0.4) / 2)          # task 0's low 0.2, task 1's 0.4
+    assert m3["wc_acc"] == pytest.approx(0.9 / 3 + 2 / 3 * 0.3)
 
 
 def _run(tmp_path, method, extra, plugins=()):
