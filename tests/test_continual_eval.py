@@ -114,3 +114,11 @@ def test_scoring_never_changes_the_training(tmp_path):
 def test_eval_every_is_checked_and_left_out_of_old_keys():
     from clharness.engine.suites import LATER_KEYS
     assert LATER_KEYS["eval_every"] == 0 and LATER_KEYS["eval_samples"] == 100
+
+
+def test_the_report_draws_the_curve_with_the_task_boundaries(tmp_path):
+    from clharness.reporting.report import build_html
+    r = _run(tmp_path, "finetune", "eval_every = 4\neval_samples = 30")
+    page = build_html([r], workers=1)
+    assert "continual evaluation" in page and page.count("<img") >= 4   # curve, radar, heatmap and the curve
+    assert "stability gap" in page

@@ -207,6 +207,38 @@ def curve_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
     return fig
 
 
+def continual_figure(curves: Mapping[str, dict]) -> Figure:
+    """Continual evaluation (De Lange et al. 2023), one panel per method: the accuracy of every task on
+    its evaluation subsample over training iterations (one line per task, from when it is first
+    learned), task boundaries as dashed lines, so the stability gap after each switch shows."""
+    n = len(curves)
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig = Figure(figsize=(4.2 * cols, 2.9 * rows), dpi=DPI, layout="constrained")
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    cmap = colormaps["viridis"]
+    for ax, (method, curve) in zip(axes, curves.items()):
+        points = curve["points"]
+        tasks = max((p["task"] for p in points), default=0) + 1
+        for j in range(tasks):
+            xs = [p["iteration"] for p in points if p["task"] >= j]
+            ys = [p["acc"][j] for p in points if p["task"] >= j]
+            ax.plot(xs, ys, lw=1.2, color=cmap(j / max(tasks - 1, 1)), label=f"task {j}")
+        for p in points:
+            if p["boundary"]:
+                ax.axvline(p["iteration"], color="#888888", lw=0.8, ls="--")
+        ax.set_title(method, fontsize=9)
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("training iteration")
+        ax.set_ylabel("accuracy")
+        ax.grid(alpha=0.3)
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    if n:
+        axes[0].legend(fontsize=7, frameon=False, ncol=2)
+    return fig
+
+
 def radar_figure(labels: Sequence[str], values: Mapping[str, Sequence[float]],
                  colors: Mapping[str, tuple]) -> Figure:
     """Methods as polygons over the radar_table axes; further out is better on every axis."""

@@ -117,6 +117,9 @@ figcaption{font-size:12px;color:#444;max-width:640px}img{max-width:100%;height:a
 """
 
 _NOTES = {
+    "continual": "Continual evaluation (eval_every): accuracy of every task on its evaluation subsample over "
+                 "training iterations, the first seed of each method; dashed lines mark task ends. A drop right "
+                 "after a dashed line that recovers later is the stability gap (De Lange et al., ICLR 2023).",
     "heatmap": "Mean accuracy matrix R[i][j] over the passed seeds: row i = after learning task i, column j = "
                "accuracy on task j's test data (tasks numbered from 0; grey = no seed reached the cell).",
     "curve": "Accuracy on all tasks seen so far after each task (mean of R[i, 0..i] weighted by test samples "
@@ -238,11 +241,18 @@ def _scenario_figures(name: str, groups: dict[str, list[RunRecord]], colors) -> 
         return f"<figure>{plots.to_img(fig, alt, tight)}<figcaption>{html.escape(note)}</figcaption></figure>"
 
     row = figure(plots.radar_figure(labels, values, colors), f"{name}: method radar", _NOTES["radar"])
-    if not with_matrix:
-        return f"<div class='row'>{row}</div><p class='bad'>no accuracy matrices stored.</p>"
+    if not with_matrix:   # a protocol that stores metrics only (STF's stream): nothing is wrong
+        return (f"<div class='row'>{row}</div><p class='note'>these runs store metrics, not a per-task accuracy "
+                "matrix (their protocol has no task sequence to score).</p>")
     row = figure(plots.curve_figure(curves, colors), f"{name}: accuracy over tasks", _NOTES["curve"], tight=False) + row
-    return (f"<div class='row'>{row}</div>"
-            + figure(plots.heatmap_figure(matrices), f"{name}: accuracy matrices", _NOTES["heatmap"], tight=False))
+    out = (f"<div class='row'>{row}</div>"
+           + figure(plots.heatmap_figure(matrices), f"{name}: accuracy matrices", _NOTES["heatmap"], tight=False))
+    continual = {m: next(r.extra["continual"] for r in rs if "continual" in r.extra)
+                 for m, rs in groups.items() if any("continual" in r.extra for r in rs)}
+    if continual:
+        out += figure(plots.continual_figure(continual), f"{name}: continual evaluation", _NOTES["continual"],
+                      tight=False)
+    return out
 
 
 def _not_plotted(records: Sequence[RunRecord]) -> str:
