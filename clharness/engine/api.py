@@ -123,12 +123,10 @@ def load_case(suite: str | Path, scenario: str, method: str, seed: int = 0, quic
               plugins: str | Iterable[str] = (), hparams: dict | None = None) -> LoadedCase:
     """Build the case ``suite::scenario[method-seed<seed>]`` as a run would (same seeding, same
     scenario, same context), without training it. ``hparams`` override the suite's."""
-    import difflib
-
     from ..kinds import install
     from .plan import resolve_suite
     from .runner import Case, case_key, make_context, resolve_hparams, seed_everything
-    from .suites import SuiteError, load_suite
+    from .suites import SuiteError, did_you_mean, load_suite
     session = Session(_options(".clharness/results.sqlite", quick, device, False, (method,), None, data_root,
                                download, plugins, ()))
     harness = session.harness
@@ -136,9 +134,8 @@ def load_case(suite: str | Path, scenario: str, method: str, seed: int = 0, quic
     loaded = load_suite(resolve_suite(session, suite), quick=quick)
     specs = {s.name: s for s in loaded.scenarios}
     if scenario not in specs:
-        close = difflib.get_close_matches(scenario, list(specs), n=1)
-        raise SuiteError(f"suite {loaded.name!r} has no scenario {scenario!r}"
-                         + (f" (did you mean {close[0]!r}?)" if close else "") + f"; its scenarios: {', '.join(specs)}")
+        raise SuiteError(f"suite {loaded.name!r} has no scenario {scenario!r}{did_you_mean(scenario, specs)}; "
+                         f"its scenarios: {', '.join(specs)}")
     method_cls = harness.methods[method]
     case = Case(loaded.name, specs[scenario], method, seed,
                 resolve_hparams(method_cls, loaded.hparams.get(method, {}), hparams or {}))

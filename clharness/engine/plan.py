@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import outcomes
-from .suites import Suite, SuiteError, kind_module, load_suite
+from .suites import Suite, SuiteError, did_you_mean, kind_module, load_suite
 from .units import Unit, case_unit, suite_hparams
 
 
@@ -27,11 +27,8 @@ def resolve_suite(session, name_or_path: str | Path) -> Path:
         if not path.exists():
             raise SuiteError(f"suite {text}: no such file")
         return path
-    import difflib
     known = list(harness.suites)
-    close = difflib.get_close_matches(text, known, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise SuiteError(f"suite {text}: unknown suite{hint}; known suites: {', '.join(known) or 'none'} "
+    raise SuiteError(f"suite {text}: unknown suite{did_you_mean(text, known)}; known suites: {', '.join(known) or 'none'} "
                      "(or give a path to a .toml suite file)")
 
 

@@ -285,6 +285,13 @@ def _check_kind(path, where, layers: list[tuple[str, dict]]) -> ScenarioSpec:
     return spec
 
 
+
+def did_you_mean(name, choices) -> str:
+    """`` (did you mean 'x'?)`` for the registered name closest to ``name`` (difflib), else ''."""
+    import difflib
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
 def _check_type(path, where, key, value, expected):
     if isinstance(value, bool) and expected is not bool or not isinstance(value, expected):
         names = expected.__name__ if isinstance(expected, type) else " or ".join(t.__name__ for t in expected)
@@ -304,11 +311,8 @@ def _check_scenario_table(path, where, table):
     if "augment" in table:
         from ..toolkit.augment import recipes   # lazy: torch; holds the recipes every loaded plugin added
         if table["augment"] not in recipes():
-            import difflib
-            close = difflib.get_close_matches(table["augment"], list(recipes()), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise SuiteError(f"{path}: {where}: augment = {table['augment']!r} is not a registered augmentation "
-                             f"recipe{hint}; registered: {', '.join(recipes())}")
+                             f"recipe{did_you_mean(table['augment'], recipes())}; registered: {', '.join(recipes())}")
     if table.get("first_task_train") is not None:
         _check_first_task(path, where, table["first_task_train"])
     if table.get("select_hparams") is not None:

@@ -6,16 +6,10 @@ once, at collection: the session stops in seconds instead of failing every case 
 """
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 
-from .suites import Suite, SuiteError
-
-
-def did_you_mean(name: str, choices) -> str:
-    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+from .suites import Suite, SuiteError, did_you_mean
 
 
 def _line(text: list[str], key: str, value) -> int | None:
