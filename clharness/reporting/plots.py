@@ -11,6 +11,9 @@ import base64
 import html
 import io
 import math
+import re
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -93,32 +96,55 @@ def _mean(values: Sequence[float]) -> float:
     return float(v.mean()) if v.size else math.nan
 
 
+def cost_spread(records: Sequence[RunRecord], field: str = "train_seconds") -> tuple[float, float, int]:
+    """(mean, sample sd, n) of a cost field over the records that carry it; sd is NaN below two."""
+    v = np.asarray([getattr(r, field) for r in records], dtype=float)
+    v = v[~np.isnan(v)]
+    if not v.size:
+        return math.nan, math.nan, 0
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else math.nan, int(v.size)
+
+
+def efficiency(costs: Mapping[str, float]) -> dict[str, float]:
+    """Cost -> radar value: the cheapest method's cost over each method's (1 on the rim, half as far
+    out at twice the cost). A ratio, not min-max, so no method is put at the centre just for being
+    the costliest and a radar of two methods does not collapse; ties sit on the rim."""
+    finite = [v for v in costs.values() if not math.isnan(v)]
+    lo = min(finite, default=math.nan)
+    return {m: math.nan if math.isnan(v) else 1.0 if v <= lo else max(lo, 0.0) / v for m, v in costs.items()}
+
+
 def radar_table(groups: Mapping[str, Sequence[RunRecord]]) -> tuple[list[str], dict[str, list[float]]]:
     """CLDyB Fig. 4 axes per method, each in [0, 1] with "better" further out.
 
     Accuracies keep their absolute scale so differences are not exaggerated; retention is
-    1 - AFM (= 1 + AR, clipped to [0, 1]); robustness appears only where records carry it;
-    memory (memory_mb) and training time (train_seconds) are min-max normalised across the
-    methods of the scenario and inverted, so the cheapest method sits on the rim."""
+    1 - AFM (= 1 + AR, clipped to [0, 1]), or STF's information retention where records carry no
+    AFM (a stream has no task matrix); an axis no method has a value for is left out rather than
+    drawn at zero for all (that collapsed STF radars to a sliver). Memory (memory_mb) and training
+    time (train_seconds) are drawn as :func:`efficiency`: cheapest cost over the method's."""
     methods = list(groups)
-    mean = {m: {k: _mean([_metric(r, k) for r in groups[m]]) for k in ("final_acc", "afm", "ala", "robustness")}
-            for m in methods}
+    keys = ("final_acc", "afm", "ala", "robustness", "info_retention")
+    mean = {m: {k: _mean([_metric(r, k) for r in groups[m]]) for k in keys} for m in methods}
     for m in methods:
         mean[m]["memory_mb"] = _mean([r.memory_mb for r in groups[m]])
         mean[m]["train_seconds"] = _mean([r.train_seconds for r in groups[m]])
-    axes: list[tuple[str, dict[str, float]]] = [
-        ("final accuracy", {m: mean[m]["final_acc"] for m in methods}),
-        ("retention\n(1 − AFM)", {m: min(1.0, max(0.0, 1 - mean[m]["afm"])) for m in methods}),
-        ("learning accuracy\n(ALA)", {m: mean[m]["ala"] for m in methods}),
-    ]
-    if any(not math.isnan(mean[m]["robustness"]) for m in methods):
+    carried = {k for k in keys if any(not math.isnan(mean[m][k]) for m in methods)}
+    axes: list[tuple[str, dict[str, float]]] = []
+    if "final_acc" in carried:
+        axes.append(("final accuracy", {m: mean[m]["final_acc"] for m in methods}))
+    if "afm" in carried:
+        axes.append(("retention\n(1 − AFM)", {m: min(1.0, max(0.0, 1 - mean[m]["afm"])) for m in methods}))
+    elif "info_retention" in carried:
+        axes.append(("information\nretention", {m: mean[m]["info_retention"] for m in methods}))
+    if "ala" in carried:
+        axes.append(("learning accuracy\n(ALA)", {m: mean[m]["ala"] for m in methods}))
+    if "robustness" in carried:
         axes.append(("robustness", {m: mean[m]["robustness"] for m in methods}))
     for key, label, unit in (("memory_mb", "memory efficiency", "MB"), ("train_seconds", "training time", "s")):
         raw = {m: mean[m][key] for m in methods}
         finite = [v for v in raw.values() if not math.isnan(v)]
         lo, hi = (min(finite), max(finite)) if finite else (0.0, 0.0)
-        norm = {m: math.nan if math.isnan(v) else (1.0 if hi == lo else (hi - v) / (hi - lo)) for m, v in raw.items()}
-        axes.append((f"{label}\n({lo:.3g}–{hi:.3g} {unit})", norm))   # rim = the lowest cost
+        axes.append((f"{label}\n(mean {lo:.3g}–{hi:.3g} {unit})", efficiency(raw)))   # rim = the lowest cost
     labels = [a[0] for a in axes]
     # A method lacking a value is drawn at the centre rather than dropped from the chart.
     values = {m: [0.0 if math.isnan(a[1][m]) else float(a[1][m]) for a in axes] for m in methods}
@@ -132,14 +158,39 @@ METHOD_PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E0
                   "#AA4499")
 
 
-def method_colors(methods: Sequence[str]) -> dict[str, tuple]:
-    """One colour per method (in the order given: pass the page's sorted methods so every figure of the
-    page agrees), from the colour-blind-safe METHOD_PALETTE while it lasts, tab20 beyond."""
+def _assign_colors(methods: Sequence[str]) -> dict[str, tuple]:
     from matplotlib.colors import to_rgba
     if len(methods) <= len(METHOD_PALETTE):
         return {m: to_rgba(METHOD_PALETTE[i]) for i, m in enumerate(methods)}
     cmap = colormaps["tab20"]
     return {m: cmap(i % cmap.N) for i, m in enumerate(methods)}
+
+
+_page_colors: dict[str, tuple] = {}   # set by page_palette while a report page is built
+
+
+@contextmanager
+def page_palette(methods: Sequence[str] | Mapping[str, tuple]):
+    """Within the block every :func:`method_colors` call (the families' sections included) answers
+    from one mapping: the page's sorted methods, or the mapping given (a figure worker gets the
+    parent's). Without it each figure coloured its own method list, so a method changed colour
+    from one figure to the next."""
+    global _page_colors
+    saved = _page_colors
+    _page_colors = dict(methods) if isinstance(methods, Mapping) else _assign_colors(sorted(set(methods)))
+    try:
+        yield _page_colors
+    finally:
+        _page_colors = saved
+
+
+def method_colors(methods: Sequence[str]) -> dict[str, tuple]:
+    """One colour per method: the page's (:func:`page_palette`) when one is active and knows every
+    method, else in the order given, from the colour-blind-safe METHOD_PALETTE while it lasts,
+    tab20 beyond."""
+    if _page_colors and all(m in _page_colors for m in methods):
+        return {m: _page_colors[m] for m in methods}
+    return _assign_colors(list(methods))
 
 
 def heatmap_figure(matrices: Mapping[str, tuple[np.ndarray, int]]) -> Figure:
@@ -185,15 +236,17 @@ def heatmap_figure(matrices: Mapping[str, tuple[np.ndarray, int]]) -> Figure:
 
 
 def curve_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
-                 colors: Mapping[str, tuple]) -> Figure:
-    """Accuracy on all seen tasks after each task, mean over seeds with its 95% CI band."""
+                 colors: Mapping[str, tuple], seeds: Mapping[str, int] | None = None) -> Figure:
+    """Accuracy on all seen tasks after each task, mean over seeds with its 95% CI band; ``seeds``
+    puts each method's n in the legend (the band's width depends on it)."""
     fig = Figure(figsize=(6.2, 4.2), dpi=DPI, layout="constrained")
     ax = fig.subplots()
     T = 1
     for method, (mean, lo, hi) in curves.items():
         x = np.arange(len(mean))
         T = max(T, len(mean))
-        ax.plot(x, mean, marker="o", ms=3.5, lw=1.6, color=colors[method], label=method)
+        label = f"{method} (n={seeds[method]})" if seeds and method in seeds else method
+        ax.plot(x, mean, marker="o", ms=3.5, lw=1.6, color=colors[method], label=label)
         # Accuracy lives in [0, 1]; a wide few-seed t-interval must not stretch the axis past it.
         ax.fill_between(x, np.clip(lo, 0, 1), np.clip(hi, 0, 1), color=colors[method], alpha=0.18, lw=0)
     bottom, top = ax.get_ylim()
@@ -288,12 +341,59 @@ def _palette_png(png: bytes) -> bytes:
     return out.getvalue()
 
 
+_export: dict = {"dir": None, "names": set()}   # set by export_figures while a report page is built
+
+
+@contextmanager
+def export_figures(directory: str | Path | None):
+    """Within the block :func:`to_img` also writes each figure to ``directory`` as PNG, SVG and PDF
+    (vector files for a paper), named after its alt text (:func:`figure_name`); None: nothing written."""
+    saved = dict(_export)
+    if directory is not None:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+    _export.update(dir=None if directory is None else Path(directory), names=set())
+    try:
+        yield
+    finally:
+        _export.update(saved)
+
+
+def figure_name(alt: str) -> str:
+    """A stable, readable file stem from a figure's alt text ("suite::scenario: method radar" ->
+    "suite__scenario_method-radar"); a repeat in one export gets -2, -3, ..."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", alt.replace("::", "__").replace(": ", "_")).strip("-.") or "figure"
+    name, k = stem, 1
+    while name in _export["names"]:
+        k += 1
+        name = f"{stem}-{k}"
+    _export["names"].add(name)
+    return name
+
+
+def _save_vectors(fig: Figure, alt: str, tight: bool) -> None:
+    stem = _export["dir"] / figure_name(alt)
+    box = {"bbox_inches": "tight" if tight else None, "pad_inches": 0.08}
+    # no dates or matplotlib URLs in the files: the same figure gives the same bytes
+    fig.savefig(stem.with_suffix(".png"), format="png", dpi=200, metadata={"Software": None}, **box)
+    fig.savefig(stem.with_suffix(".svg"), format="svg", metadata={"Date": None}, **box)
+    fig.savefig(stem.with_suffix(".pdf"), format="pdf", metadata={"CreationDate": None}, **box)
+
+
+def export_svg(svg: str, alt: str) -> None:
+    """A figure drawn as SVG text (report_svg's bar charts) into the export folder, when one is set."""
+    if _export["dir"] is not None:
+        (_export["dir"] / f"{figure_name(alt)}.svg").write_text(svg, encoding="utf-8")
+
+
 def to_img(fig: Figure, alt: str, tight: bool = True) -> str:
     """The figure as an inline base64 PNG <img>, so the page needs no other file.
     ``tight`` grows the canvas to whatever is drawn outside the axes (legends, radar labels)
-    at the cost of one extra draw; figures laid out by hand skip it."""
+    at the cost of one extra draw; figures laid out by hand skip it. Inside :func:`export_figures`
+    the figure is also written as PNG, SVG and PDF."""
     buf = io.BytesIO()
     FigureCanvasAgg(fig)   # attach the Agg canvas explicitly: no backend lookup, no pyplot
+    if _export["dir"] is not None:
+        _save_vectors(fig, alt, tight)
     fig.savefig(buf, format="png", metadata={"Software": None},   # no matplotlib URL in the PNG
                 bbox_inches="tight" if tight else None, pad_inches=0.08)
     fig.clear()   # drop artists now; the page keeps only the bytes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import sqlite3
 import sys
 import time
@@ -13,7 +14,8 @@ from typing import Iterable, Sequence
 
 from ..metrics import METRIC_INFO
 from ..results import _SQLITE_MAGIC, ResultsStore, RunRecord
-from .scorecard import _FIELDS, COLUMNS, rank_agreement, render, render_agreement, summarize
+from .scorecard import (_FIELDS, COLUMNS, INTERVAL_NOTE, WELCH_NOTE, pairwise_welch, rank_agreement, render,
+                        render_agreement, render_pairwise, summarize)
 
 # --format -> tabulate format (md: a plain Markdown pipe table with alignment colons; github: GitHub's
 # flavour, no colons); csv and json come from the pandas summary instead.
@@ -86,10 +88,18 @@ def render_text(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, 
         text = render(summary, columns, FORMATS[fmt])
     if not agreement.empty:
         text += "\n\nRanking agreement between scenarios:\n" + render_agreement(agreement, FORMATS[fmt])
+    text += f"\n\n({INTERVAL_NOTE})"
     if tuning.any():
         text += (f"\n\n({int(tuning.sum())} tuning-configuration rows (method x configuration) are summarised "
                  "in the protocol's own section below; --format csv or json lists them all.)")
     return text
+
+
+def pseudo_method(record: RunRecord) -> bool:
+    """A record whose method field names a protocol step, not a method (CLDyB's sequence search):
+    it has no place in a comparison of methods (radars, colours, tests between methods)."""
+    from ..benchmarks.cldyb.summary import SEARCH_METHOD
+    return record.method == SEARCH_METHOD
 
 
 def _tuning_rows(summary):
@@ -123,29 +133,38 @@ _NOTES = {
     "heatmap": "Mean accuracy matrix R[i][j] over the passed seeds: row i = after learning task i, column j = "
                "accuracy on task j's test data (tasks numbered from 0; grey = no seed reached the cell).",
     "curve": "Accuracy on all tasks seen so far after each task (mean of R[i, 0..i] weighted by test samples "
-             "per task), mean over seeds; the band is the 95% Student-t confidence interval of that mean.",
+             "per task), mean over seeds; the band is the 95% Student-t confidence interval of that mean "
+             "(t_{0.975, n−1}, n = the method's seeds, shown in the legend).",
     "radar": "Methods compared as in CLDyB Fig. 4; further out is better on every axis. Final accuracy, "
-             "learning accuracy (ALA, mean of R[j][j]) and robustness (only when records carry it) on their "
-             "absolute 0-1 scale; retention = 1 − AFM (= 1 + AR, CLDyB's average retention shifted into "
-             "0-1); memory (memory_mb) and training time (train_seconds) are min-max normalised across the "
-             "methods of this scenario and inverted: the cheapest is on the rim, the costliest at the centre.",
+             "learning accuracy (ALA, mean of R[j][j]) and robustness on their absolute 0-1 scale; retention = "
+             "1 − AFM (= 1 + AR, CLDyB's average retention shifted into 0-1), or STF's information retention "
+             "for a stream without a task matrix; an axis no method carries is left out. Memory (memory_mb) and "
+             "training time (train_seconds) are efficiencies: the cheapest method's seed-mean cost over each "
+             "method's (the cheapest on the rim, twice the cost half-way in).",
 }
 
 
 def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, source: str = "",
-               make_harness=None, workers: int | None = 1) -> str:
+               make_harness=None, workers: int | None = 1, figures: str | Path | None = None) -> str:
     """The whole report as one HTML page: CSS inline, figures as base64 PNG or inline SVG, no
     external reference. Each suite: its table (the runs of a kind's phases, GTEP's tuning
     configurations, left to the kind's own section), the kinds' sections (``make_harness()``
     builds the registries for a kind that needs them), then figures per scenario, drawn by
     ``workers`` processes (None: one per CPU), which are most of the page's build time: matplotlib
     draws one figure at a time per process. More than one worker spawns processes, which re-import
-    the caller's main module: call it from a guarded ``if __name__ == "__main__":`` (the CLI does)."""
+    the caller's main module: call it from a guarded ``if __name__ == "__main__":`` (the CLI does).
+    Every figure colours a method alike (plots.page_palette over the page's methods, the families'
+    sections included); ``figures``: also write each figure there as PNG, SVG and PDF."""
     from . import plots   # matplotlib loads only for the page, not for the text formats
+    methods = {r.method for r in records if not pseudo_method(r)}
+    with plots.page_palette(methods) as colors, plots.export_figures(figures):
+        return _build_html(records, columns, source, make_harness, workers, colors, figures)
+
+
+def _build_html(records, columns, source, make_harness, workers, colors, figures) -> str:
     from ..kinds import report_sections, split_scenario
     passed = [r for r in records if r.status == "passed"]
     summary = summarize(records, columns)
-    colors = plots.method_colors(sorted({r.method for r in records}))
     by_case: dict[tuple[str, str], dict[str, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
     for r in passed:
         by_case[(r.suite, r.scenario)][r.method].append(r)
@@ -164,7 +183,10 @@ def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, s
             # tabulate's "html" format escapes every cell.
             shown = summary[(summary.suite == suite) & ~_tuning_rows(summary)]
             out.append(render(shown, columns, "html"))
-            out.append("<p class='note'>mean ± 95% confidence interval over passed seeds.</p>")
+            out.append(f"<p class='note'>{esc(INTERVAL_NOTE)}</p>")
+            pairs = pairwise_welch([r for r in records if r.suite == suite], skip=pseudo_method)
+            if not pairs.empty:
+                out.append(f"<p class='note'>{esc(WELCH_NOTE)}</p>" + render_pairwise(pairs, "html"))
             agreement = rank_agreement(shown)
             if not agreement.empty:
                 out.append("<p class='note'>Do the scenarios rank the methods alike? Spearman and Kendall "
@@ -182,7 +204,7 @@ def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, s
                 if not groups:
                     out.append("<p class='bad'>no passed runs to plot.</p>")
                     continue
-                out.append(drawer.draw(f"{suite}::{scenario}", dict(sorted(groups.items())), colors))
+                out.append(drawer.draw(f"{suite}::{scenario}", dict(sorted(groups.items())), colors, figures))
         out = drawer.finish(out)
     out.append(_not_plotted([r for r in records if r.status != "passed"]))
     out.append("</body></html>")
@@ -207,10 +229,12 @@ class _FigureDrawer:
             for _ in range(workers):
                 self.pool.submit(_load_plots)
 
-    def draw(self, name: str, groups: dict, colors: dict):
-        """The scenario's figures (HTML), or a future of them."""
-        return _scenario_figures(name, groups, colors) if self.pool is None else \
-            self.pool.submit(_scenario_figures, name, groups, colors)
+    def draw(self, name: str, groups: dict, colors: dict, figures=None):
+        """The scenario's figures (HTML), or a future of them. A worker gets the page's colours and
+        export folder as arguments: the parent's module state does not reach a spawned process."""
+        if self.pool is None:
+            return _scenario_figures(name, groups, colors)
+        return self.pool.submit(_worker_figures, name, groups, colors, figures)
 
     def finish(self, parts: list) -> list[str]:
         """``parts`` with every future replaced by its figures, in place order."""
@@ -229,8 +253,19 @@ def _load_plots() -> None:
     from . import plots  # noqa: F401  (a worker's start-up: matplotlib)
 
 
+def _worker_figures(name: str, groups: dict, colors: dict, figures) -> str:
+    from . import plots
+    with plots.page_palette(colors), plots.export_figures(figures):
+        return _scenario_figures(name, groups, colors)
+
+
 def _scenario_figures(name: str, groups: dict[str, list[RunRecord]], colors) -> str:
     from . import plots
+    pseudo = sorted(m for m, rs in groups.items() if any(pseudo_method(r) for r in rs))
+    groups = {m: rs for m, rs in groups.items() if m not in pseudo}
+    if not groups:   # CLDyB's search records: a protocol step, shown in the CLDyB section
+        return (f"<p class='note'>{html.escape(', '.join(pseudo))}: protocol steps (the sequence search), "
+                "not methods; their outcome is in the family's section.</p>")
     labels, values = plots.radar_table(groups)
     # Matrix figures only for methods that stored a matrix (a record may carry metrics alone).
     with_matrix = {m: rs for m, rs in groups.items() if any(r.acc_matrix for r in rs)}
@@ -240,11 +275,14 @@ def _scenario_figures(name: str, groups: dict[str, list[RunRecord]], colors) -> 
     def figure(fig, alt, note, tight=True):
         return f"<figure>{plots.to_img(fig, alt, tight)}<figcaption>{html.escape(note)}</figcaption></figure>"
 
-    row = figure(plots.radar_figure(labels, values, colors), f"{name}: method radar", _NOTES["radar"])
+    row = figure(plots.radar_figure(labels, values, colors), f"{name}: method radar",
+                 _NOTES["radar"] + " " + training_time_note(groups))
     if not with_matrix:   # a protocol that stores metrics only (STF's stream): nothing is wrong
         return (f"<div class='row'>{row}</div><p class='note'>these runs store metrics, not a per-task accuracy "
                 "matrix (their protocol has no task sequence to score).</p>")
-    row = figure(plots.curve_figure(curves, colors), f"{name}: accuracy over tasks", _NOTES["curve"], tight=False) + row
+    seeds = {m: len(rs) for m, rs in with_matrix.items()}
+    row = figure(plots.curve_figure(curves, colors, seeds), f"{name}: accuracy over tasks", _NOTES["curve"],
+                 tight=False) + row
     out = (f"<div class='row'>{row}</div>"
            + figure(plots.heatmap_figure(matrices), f"{name}: accuracy matrices", _NOTES["heatmap"], tight=False))
     continual = {m: next(r.extra["continual"] for r in rs if "continual" in r.extra)
@@ -253,6 +291,17 @@ def _scenario_figures(name: str, groups: dict[str, list[RunRecord]], colors) -> 
         out += figure(plots.continual_figure(continual), f"{name}: continual evaluation", _NOTES["continual"],
                       tight=False)
     return out
+
+
+def training_time_note(groups: dict[str, list[RunRecord]]) -> str:
+    """Training time per method as mean ± sample sd over its n seeds: the radar draws the means only."""
+    from . import plots
+    parts = []
+    for m, rs in groups.items():
+        mean, sd, n = plots.cost_spread(rs, "train_seconds")
+        if n:
+            parts.append(f"{m} {mean:.3g}" + ("" if math.isnan(sd) else f" ± {sd:.2g}") + f" s (n={n})")
+    return ("Training time, mean ± sd over seeds: " + "; ".join(parts) + ".") if parts else ""
 
 
 def _not_plotted(records: Sequence[RunRecord]) -> str:
@@ -270,9 +319,17 @@ def _not_plotted(records: Sequence[RunRecord]) -> str:
 
 
 def write_html(path: str | Path, records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS,
-               source: str = "", make_harness=None, workers: int | None = 1) -> Path:
+               source: str = "", make_harness=None, workers: int | None = 1,
+               figures: str | Path | None = None) -> Path:
     path = Path(path)
-    text = build_html(records, columns, source, make_harness, workers)
+    text = build_html(records, columns, source, make_harness, workers, figures)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def write_figures(directory: str | Path, records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS,
+                  source: str = "", make_harness=None, workers: int | None = 1) -> Path:
+    """Every figure of the report as PNG, SVG and PDF in ``directory`` (``--clh-figures``, ``clharness
+    report --figures``), with the page that shows them all as ``directory/report.html``."""
+    return write_html(Path(directory) / "report.html", records, columns, source, make_harness, workers, directory)
