@@ -142,6 +142,8 @@ class Context:
     # Digest of every tensor of the first backbone this context built, by its name in that backbone:
     # the encoder all methods of the run share, which the memory footprint leaves out (CLDyB B.4).
     shared_backbone: dict[str, str] | None = field(default=None, repr=False, compare=False)
+    # how memory_report reads CLDyB B.4's "in addition to the ViT Encoder" (MEMORY_ENCODER_READINGS)
+    memory_encoder: str = "trained"
 
     def make_backbone(self) -> nn.Module:
         """A fresh feature extractor with an ``out_dim`` attribute, on the run's device. The first
@@ -170,6 +172,9 @@ class Classifier(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.backbone(x))
+
+
+MEMORY_ENCODER_READINGS = ("trained", "never")   # Method.memory_report's readings of CLDyB B.4
 
 
 @dataclass
@@ -228,16 +233,29 @@ class Method:
 
     def memory_report(self) -> MemoryReport:
         """Walk the method's attributes: modules, buffers and tensors, counted "in addition to the
-        ViT encoder" (CLDyB appendix B.4). The frozen pretrained encoder shared by all methods is
-        left out: a tensor inside a module that marks itself ``frozen_shared`` (the feature cache's
-        ``FrozenFeatures``, which every frozen-backbone method holds) and is bit-identical to the
-        tensor of the same name in the context's shared backbone (the first ``make_backbone()``).
-        What a method adds (prompts, adapters, heads, statistics, exemplars, model copies) is counted.
+        ViT Encoder" (CLDyB appendix B.4: "model replicas (such as old models and models updated
+        using EMA), PET modules, dataset statistics, and samples from previous tasks").
 
-        Deliberate reading: a backbone a method trains (a fine-tuned encoder, ``make_classifier()``'s
-        network, EMA or old copies) is not marked and counts in full, as the harness's own storage."""
+        The encoder is the run's shared backbone (the first ``make_backbone()``, by tensor name and
+        bytes). Two readings (``context.memory_encoder``, the suite key ``memory_encoder``):
+
+        * ``"trained"`` (default, issue 30 item 9): frozen parameters are excluded, trained ones
+          included. A tensor whose name and bytes are still the pretrained encoder's, wherever it sits
+          (a frozen feature cache, a frozen ViT inside a prompt method, the frozen blocks of a partly
+          tuned one), is the encoder and not counted; every tensor training changed, every replica's
+          changed weights, every prompt, adapter, head, statistic and exemplar is counted. Chosen because
+          B.4 compares what a method stores beyond the one encoder all methods share: weights a method
+          fine-tunes must be stored beside it to run the method.
+        * ``"never"`` (B.4 read literally): one live copy of the encoder is never counted, trained or
+          not (a fine-tuned ViT replaces the pretrained one); its replicas are. The live copy is the
+          first tensor met under each encoder name, walking the method's attributes in order (``model``
+          before ``old_model``, as methods assign them)."""
+        if self.context.memory_encoder not in MEMORY_ENCODER_READINGS:
+            raise MethodError(f"memory_encoder = {self.context.memory_encoder!r}; "
+                              f"choose one of {', '.join(MEMORY_ENCODER_READINGS)}")
         report, seen = MemoryReport(), set()
-        _count(vars(self), report, seen, self.context.shared_backbone or {})
+        live = set() if self.context.memory_encoder == "never" else None
+        _count(vars(self), report, seen, self.context.shared_backbone or {}, live)
         return report
 
     # --- state handling for search (copies trained and thrown away) ---
@@ -268,35 +286,45 @@ def tensor_digest(t: torch.Tensor) -> str:
     return h.hexdigest()
 
 
-def _is_shared(name: str, t: torch.Tensor, shared: Mapping[str, str]) -> bool:
-    """Whether ``t`` (named ``name`` inside the module being walked) is the shared encoder's tensor:
-    some dotted suffix of ``name`` names a tensor of that encoder, with the same bytes. The name
-    must match, so a method's own tensor that happens to equal one of the encoder's (a LayerNorm
-    initialised to ones) is still counted."""
+def _encoder_name(name: str, shared: Mapping[str, str]) -> str | None:
+    """The shared encoder's tensor name that some dotted suffix of ``name`` is, or None."""
     parts = name.split(".")
     for i in range(len(parts)):
-        digest = shared.get(".".join(parts[i:]))
-        if digest is not None and digest == tensor_digest(t):
-            return True
-    return False
+        if ".".join(parts[i:]) in shared:
+            return ".".join(parts[i:])
+    return None
 
 
-def _count(obj: Any, report: MemoryReport, seen: set[int], shared: Mapping[str, str]) -> None:
+def _is_encoder(name: str, t: torch.Tensor, shared: Mapping[str, str], live: set[str] | None) -> bool:
+    """Whether ``t`` (named ``name`` inside the module being walked) is the shared encoder's tensor.
+    Reading "trained": some dotted suffix of ``name`` names a tensor of that encoder, with the same bytes
+    (the name must match, so a method's own tensor that happens to equal one of the encoder's, a
+    LayerNorm initialised to ones, is still counted). Reading "never" (``live`` holds the encoder names
+    already met): also the first tensor met under each encoder name, whatever its bytes."""
+    encoder = _encoder_name(name, shared)
+    if encoder is None or encoder.endswith("num_batches_tracked"):
+        return False
+    if live is not None and encoder not in live:
+        live.add(encoder)
+        return True
+    return shared[encoder] == tensor_digest(t)
+
+
+def _count(obj: Any, report: MemoryReport, seen: set[int], shared: Mapping[str, str],
+           live: set[str] | None = None) -> None:
     if id(obj) in seen:
         return
     seen.add(id(obj))
     if isinstance(obj, nn.Module):
-        marked = {id(t) for m in obj.modules() if getattr(m, "frozen_shared", False)
-                  for t in (*m.parameters(), *m.buffers())} if shared else set()
         for name, p in obj.named_parameters():
             if id(p) not in seen:
                 seen.add(id(p))
-                if not (id(p) in marked and _is_shared(name, p, shared)):
+                if not _is_encoder(name, p, shared, live):
                     report.parameters += p.numel()
         for name, b in obj.named_buffers():
             if id(b) not in seen:
                 seen.add(id(b))
-                if not (id(b) in marked and _is_shared(name, b, shared)):
+                if not _is_encoder(name, b, shared, live):
                     report.tensor_elements += b.numel()
     elif hasattr(obj, "exemplar_images"):   # replay buffers report their own images
         n, nbytes = obj.exemplar_images()
@@ -306,7 +334,7 @@ def _count(obj: Any, report: MemoryReport, seen: set[int], shared: Mapping[str, 
         report.tensor_elements += obj.numel()
     elif isinstance(obj, Mapping):
         for v in obj.values():
-            _count(v, report, seen, shared)
+            _count(v, report, seen, shared, live)
     elif isinstance(obj, (list, tuple)):
         for v in obj:
-            _count(v, report, seen, shared)
+            _count(v, report, seen, shared, live)

@@ -435,6 +435,14 @@ MUTATIONS: tuple[Mutation, ...] = (
              'search_methods = ["clser", "hide_prompt", "ranpac", "pgp", "afec"]   # fig. 3 / 9',
              'search_methods = []   # fig. 3 / 9',
              ("tests/test_cldyb_protocol_round2.py::test_table1_suite_searches_with_fig9s_methods_and_evaluates_table1s_on_the_cldyb_pool",)),
+    Mutation("b4-memory-only-marked-modules-excluded", "clharness/method.py",
+             "    return shared[encoder] == tensor_digest(t)",
+             "    return False",
+             ("tests/test_cldyb_protocol_round2.py", "tests/test_memory_footprint.py")),
+    Mutation("b4-memory-literal-reading-counts-live-encoder", "clharness/method.py",
+             "        live.add(encoder)\n        return True",
+             "        live.add(encoder)\n        return False",
+             ("tests/test_cldyb_protocol_round2.py",)),
 )
 
 

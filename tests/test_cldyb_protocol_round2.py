@@ -99,12 +99,10 @@ def test_fig4_suite_searches_one_sequence_per_method_of_the_nine_on_the_cldyb_po
 # --- item 9: appendix B.4 memory: "in addition to the ViT Encoder" -------------------------------------
 # B.4: "we account for the storage space used by each Learner in addition to the ViT Encoder. This includes
 # model replicas (such as old models and models updated using EMA), PET modules, dataset statistics, and
-# samples from previous tasks." Read literally, one live copy of the encoder is never counted, whether it is
-# frozen or fine-tuned (a fine-tuned ViT replaces the pretrained one, it adds no storage); its replicas are.
-# clharness/method.py memory_report (the lead's file) counts a fine-tuned encoder in full today: the change is
-# proposed (issue 30 item 9) and this test pins the definition; strict xfail until it lands.
-@pytest.mark.xfail(strict=True, reason="proposed change to clharness/method.py memory_report (issue 30 item 9)")
-def test_b4_memory_leaves_out_the_live_encoder_even_fine_tuned_and_counts_its_replicas():
+# samples from previous tasks." Default reading (issue 30 item 9): frozen parameters excluded, trained ones
+# included, wherever they sit. The literal reading (one live encoder never counted, trained or not; its
+# replicas counted) is the suite key memory_encoder = "never".
+def _b4_method(reading="trained"):
     import copy
 
     import torch
@@ -112,19 +110,44 @@ def test_b4_memory_leaves_out_the_live_encoder_even_fine_tuned_and_counts_its_re
     import clharness as clh
     from clharness.toolkit.backbones import MLP
 
-    ctx = clh.Context(clh.Setting.CLASS_IL, 2, (1, 2, 2), backbone_factory=lambda: MLP((1, 2, 2), hidden=3, layers=1))
+    ctx = clh.Context(clh.Setting.CLASS_IL, 2, (1, 2, 2), memory_encoder=reading,
+                      backbone_factory=lambda: MLP((1, 2, 2), hidden=3, layers=2))
 
-    class FineTuner(clh.Method):
-        name = "b4-fine-tuner"
+    class PartTuner(clh.Method):
+        name = "b4-part-tuner"
 
-    m = FineTuner(ctx)
-    m.model = ctx.make_classifier()                       # the run's encoder (MLP 4 -> 3) + head (3 -> 2)
+    m = PartTuner(ctx)
+    m.model = ctx.make_classifier()        # the run's encoder (MLP 4 -> 3 -> 3) + head (3 -> 2)
+    first, second = [mod for mod in m.model.backbone.modules() if isinstance(mod, torch.nn.Linear)]
+    first.requires_grad_(False)            # frozen: still the pretrained bytes
     with torch.no_grad():
-        for p in m.model.backbone.parameters():
-            p.add_(0.5)                                   # fine-tuned: no longer the pretrained bytes
-    m.old_model = copy.deepcopy(m.model)                  # a model replica (old model), counted whole
-    encoder = 4 * 3 + 3                                   # Linear(4, 3)
-    head = 3 * 2 + 2                                      # Linear(3, 2)
-    assert sum(p.numel() for p in m.model.backbone.parameters()) == encoder
-    # B.4: head of the live model + the replica's encoder and head; the live encoder is "the ViT Encoder"
-    assert m.memory_report().parameters == head + (encoder + head)
+        for p in second.parameters():
+            p.add_(0.5)                    # fine-tuned: no longer the pretrained bytes
+    m.old_model = copy.deepcopy(m.model)   # a model replica (old model)
+    return m
+
+
+FROZEN, TUNED, HEAD = 4 * 3 + 3, 3 * 3 + 3, 3 * 2 + 2
+
+
+def test_b4_memory_excludes_frozen_encoder_parameters_and_counts_trained_ones_in_every_copy():
+    m = _b4_method()
+    assert sum(p.numel() for p in m.model.backbone.parameters()) == FROZEN + TUNED
+    # live model: tuned layer + head; replica: the same (its frozen layer is the encoder's bytes too)
+    assert m.memory_report().parameters == (TUNED + HEAD) + (TUNED + HEAD)
+
+
+def test_b4_memory_literal_reading_leaves_out_the_live_encoder_even_fine_tuned_and_counts_its_replicas():
+    m = _b4_method("never")
+    # live model: head only; replica: its tuned layer and head (its frozen layer is the encoder's bytes)
+    assert m.memory_report().parameters == HEAD + (TUNED + HEAD)
+
+
+def test_b4_memory_reading_is_a_scenario_key_with_checked_values(tmp_path):
+    from clharness.engine.suites import SuiteError, load_suite
+    path = tmp_path / "s.toml"
+    path.write_text('[suite]\nname = "s"\n[[scenario]]\nname = "a"\ndataset = "digits"\ntasks = 5\nmemory_encoder = "never"\n')
+    assert load_suite(path).scenarios[0].memory_encoder == "never"
+    path.write_text(path.read_text().replace('"never"', '"none"'))
+    with pytest.raises(SuiteError, match="memory_encoder = 'none'; allowed values: trained, never"):
+        load_suite(path)

@@ -195,7 +195,7 @@ def make_context(case: Case, scenario, harness, device: torch.device) -> Context
         setting=scenario.setting, num_classes=scenario.num_classes, input_shape=input_shape,
         device=device, seed=case.seed, epochs=spec.epochs, batch_size=spec.batch_size,
         memory_size=spec.memory_size, amp=spec.amp and device.type == "cuda",
-        first_task_train=copy.deepcopy(spec.first_task_train),
+        first_task_train=copy.deepcopy(spec.first_task_train), memory_encoder=spec.memory_encoder,
         backbone_factory=functools.partial(harness.backbones[spec.backbone], input_shape,
                                            **copy.deepcopy(spec.backbone_options)),
         task_classes=tuple(tuple(t.classes) for t in scenario.tasks) if scenario.setting is Setting.TASK_IL else ())

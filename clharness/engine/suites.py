@@ -72,6 +72,9 @@ class ScenarioSpec:
     # subsample of eval_samples test images of every task seen so far (engine.continual_eval); 0: off
     eval_every: int = 0
     eval_samples: int = 100
+    # the memory footprint's reading of CLDyB appendix B.4 (Method.memory_report): "trained" counts every
+    # tensor that is not the pretrained encoder's own bytes; "never" leaves one live encoder out entirely
+    memory_encoder: str = "trained"
 
     @property
     def setting_enum(self):
@@ -85,12 +88,12 @@ _TYPES = {"name": str, "dataset": str, "kind": str, "setting": str, "dataset_opt
           "backbone": str, "backbone_options": dict, "image_size": list, "channels": int,
           "max_train_per_class": int, "max_test_per_class": int, "amp": bool, "augment": str,
           "first_task_train": dict, "select_hparams": dict, "normalize": str, "eval_every": int,
-          "eval_samples": int}
+          "eval_samples": int, "memory_encoder": str}
 SCENARIO_KEYS = tuple(f.name for f in fields(ScenarioSpec) if f.name != "options")
 # Keys added after records were first stored: left out of a run's definition (its record key)
 # while they hold these defaults, so the keys of existing runs do not change.
 LATER_KEYS = {"augment": "none", "first_task_train": None, "select_hparams": None, "normalize": "dataset",
-              "eval_every": 0, "eval_samples": 100}
+              "eval_every": 0, "eval_samples": 100, "memory_encoder": "trained"}
 # first_task_train = { epochs = 200, lr = 0.1, milestones = [60, 120, 170], lr_decay = 0.1, weight_decay = 5e-4 }
 FIRST_TASK_KEYS = {"epochs": int, "lr": (int, float), "milestones": list, "lr_decay": (int, float),
                    "weight_decay": (int, float)}
@@ -113,7 +116,8 @@ def spec_definition(spec: ScenarioSpec) -> dict[str, Any]:
 # their registry and documents a kind's interface (OPTIONS, build, check, collect, sections).
 SETTINGS = ("class-incremental", "task-incremental", "online", "domain-incremental")   # clharness.Setting values
 CHOICES = {"setting": SETTINGS, "class_order": ("seed", "fixed"),
-           "normalize": ("dataset", "none", "imagenet", "timm")}   # toolkit.backbones.NORMALIZATIONS   # kind: checked against clharness.kinds
+           "normalize": ("dataset", "none", "imagenet", "timm"),   # toolkit.backbones.NORMALIZATIONS
+           "memory_encoder": ("trained", "never")}   # method.MEMORY_ENCODER_READINGS; kind: checked against clharness.kinds
 SUITE_KEYS = ("name", "description", "seeds", "methods", "planned_methods")
 RESOURCE_KEYS = ("cpus_per_run", "gpus_per_run")   # Ray task resources per run (--clh-ray), any scenario table
 TOP_KEYS = ("suite", "defaults", "quick", "scenario", "hparams", "gates")

@@ -331,7 +331,7 @@ def _search_spec(spec: ScenarioSpec) -> dict:
             if k != "select_hparams" and not (k in SEARCH_LATER_KEYS and v == SEARCH_LATER_KEYS[k])}
 
 
-SEARCH_LATER_KEYS = {"normalize": "dataset", "eval_every": 0, "eval_samples": 100}
+SEARCH_LATER_KEYS = {"normalize": "dataset", "eval_every": 0, "eval_samples": 100, "memory_encoder": "trained"}
 
 
 def _run_search(session, unit) -> None:
