@@ -26,6 +26,14 @@ Deliberate differences:
 - V maps to n_{i-1} units as the paper's eq. 2 says (Avalanche maps to layer i's width, the same
   when the widths are equal); alpha starts at N(0, 1) draws as in Avalanche.
 - A task id not yet learned (the runner also scores future tasks) reads the newest column.
+
+``laterals = "avalanche"`` (an option; default "paper", as above) builds Avalanche 0.2.1's
+connections instead, as the M2I authors ran it (lifelonglab/M2I_I2M_benchmark models/model_provider.py:
+``PNN(num_layers=..., in_features=12288, adapter="mlp")``): an adapter into every hidden layer,
+layer 1's reading the raw input again (x, once per earlier column), none into the head, and V mapping
+to layer i's width (avalanche/models/pnn.py ``PNNColumn``, ``MLPAdapter``, ``PNN.forward_single_task``).
+The head stays one linear layer per column over all classes, as Avalanche's ``MultiHeadClassifier``
+has one per task.
 """
 import math
 
@@ -41,13 +49,14 @@ from clharness.toolkit.training import NEG, OPTIMIZER_SPACE, TaskLabels, Trainer
 class LateralAdapter(nn.Module):
     """The lateral connections into one layer of column k from layer i-1 of columns 0..k-1."""
 
-    def __init__(self, in_features: int, out_features: int, num_prev: int, kind: str):
+    def __init__(self, in_features: int, out_features: int, num_prev: int, kind: str, mid: int | None = None):
         super().__init__()
         self.kind = kind
-        if kind == "mlp":      # eq. 2: U f(V [alpha_j h^(j)]_j)
+        if kind == "mlp":      # eq. 2: U f(V [alpha_j h^(j)]_j); V to ``mid`` units (eq. 2: n_{i-1})
+            mid = in_features if mid is None else mid
             self.alphas = nn.Parameter(torch.randn(num_prev))
-            self.V = nn.Linear(in_features * num_prev, in_features)
-            self.U = nn.Linear(in_features, out_features)
+            self.V = nn.Linear(in_features * num_prev, mid)
+            self.U = nn.Linear(mid, out_features)
         elif kind == "linear":   # eq. 1: sum_j U^(k:j) h^(j)
             self.U = nn.ModuleList(nn.Linear(in_features, out_features, bias=False) for _ in range(num_prev))
         else:
@@ -61,14 +70,23 @@ class LateralAdapter(nn.Module):
 
 
 class Column(nn.Module):
-    """One task's MLP: ``widths`` = [input, hidden..., classes]; adapters on every layer past the first."""
+    """One task's MLP: ``widths`` = [input, hidden..., classes]. Adapters (laterals "paper") on every
+    layer past the first, the head included; (laterals "avalanche") on every hidden layer, the first
+    included, not the head. ``adapters[i - first_adapted]`` feeds layer i."""
 
-    def __init__(self, widths: list[int], num_prev: int, adapter: str):
+    def __init__(self, widths: list[int], num_prev: int, adapter: str, laterals: str = "paper"):
         super().__init__()
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:]))
-        self.adapters = nn.ModuleList(
-            LateralAdapter(widths[i], widths[i + 1], num_prev, adapter) for i in range(1, len(widths) - 1)
-        ) if num_prev else nn.ModuleList()
+        if laterals == "paper":
+            self.first_adapted = 1
+            make = (lambda i: LateralAdapter(widths[i], widths[i + 1], num_prev, adapter))
+        elif laterals == "avalanche":
+            self.first_adapted = 0
+            make = (lambda i: LateralAdapter(widths[i], widths[i + 1], num_prev, adapter, mid=widths[i + 1]))
+        else:
+            raise ValueError(f"unknown PNN laterals {laterals!r}; choose paper or avalanche")
+        adapted = range(self.first_adapted, len(widths) - 2 + self.first_adapted)
+        self.adapters = nn.ModuleList(make(i) for i in adapted) if num_prev else nn.ModuleList()
 
     def freeze(self) -> None:
         for p in self.parameters():
@@ -79,15 +97,15 @@ class ProgressiveNet(nn.Module):
     """The columns; ``forward(x, column)`` runs columns 0..column layer by layer and returns the
     chosen column's logits (and, with ``hidden=True``, its last hidden layer)."""
 
-    def __init__(self, widths: list[int], adapter: str):
+    def __init__(self, widths: list[int], adapter: str, laterals: str = "paper"):
         super().__init__()
-        self.widths, self.adapter = widths, adapter
+        self.widths, self.adapter, self.laterals = widths, adapter, laterals
         self.columns = nn.ModuleList()
 
     def add_column(self) -> Column:
         for column in self.columns:
             column.freeze()
-        column = Column(self.widths, len(self.columns), self.adapter)
+        column = Column(self.widths, len(self.columns), self.adapter, self.laterals)
         self.columns.append(column)
         return column
 
@@ -98,8 +116,9 @@ class ProgressiveNet(nn.Module):
             out = []
             for k in range(column + 1):
                 z = self.columns[k].layers[i](h[k])
-                if i > 0 and k > 0:
-                    z = z + self.columns[k].adapters[i - 1](h[:k])
+                j = i - self.columns[k].first_adapted
+                if k > 0 and 0 <= j < len(self.columns[k].adapters):
+                    z = z + self.columns[k].adapters[j](h[:k])
                 out.append(F.relu(z) if i < depth - 1 else z)
             if hidden and i == depth - 2:
                 features = out[column]
@@ -113,19 +132,23 @@ class PNN(clh.Method):
     reference = "ContinualAI/avalanche: avalanche/models/pnn.py"
     deviations = ("columns are MLPs built from the input shape, not the suite's backbone (as Avalanche's PNN)",
                   "laterals feed layers 2..L and the head from the earlier columns' hidden layers (eq. 2); "
-                  "Avalanche also adapts the raw input at layer 1 and gives its multi-head classifier no laterals",
-                  "V maps to n_{i-1} units (eq. 2); Avalanche maps to layer i's width",
+                  "Avalanche also adapts the raw input at layer 1 and gives its multi-head classifier no laterals "
+                  "(laterals='avalanche' builds Avalanche's)",
+                  "V maps to n_{i-1} units (eq. 2); Avalanche maps to layer i's width (so does laterals='avalanche')",
                   "a task id not learned yet reads the newest column")
     settings = frozenset({clh.Setting.TASK_IL})
     hparams = {**OPTIMIZER_SPACE,
                "layers": clh.Int(1, 64, default=2),          # hidden layers per column
-               "hidden": clh.Int(8, 4096, default=200),      # units per hidden layer (M2I Table 9: 200)
-               "adapter": clh.Choice(["mlp", "linear"])}     # eq. 2 (Avalanche's default) or eq. 1
+               # units per hidden layer. M2I Table 9 says "Number of columns = 200"; the authors' code
+               # passes no width, so Avalanche's hidden_features_per_column=100 ran (the M2I suites set 100)
+               "hidden": clh.Int(8, 4096, default=200),
+               "adapter": clh.Choice(["mlp", "linear"]),     # eq. 2 (Avalanche's default) or eq. 1
+               "laterals": clh.Choice(["paper", "avalanche"])}   # where the adapters go (module docstring)
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)
         widths = [math.prod(context.input_shape)] + [self.hp["hidden"]] * self.hp["layers"] + [context.num_classes]
-        self.model = ProgressiveNet(widths, self.hp["adapter"]).to(context.device)
+        self.model = ProgressiveNet(widths, self.hp["adapter"], self.hp["laterals"]).to(context.device)
         self.labels = TaskLabels(context)
         self.task_column: dict[int, int] = {}     # task id -> its column
         self.column_classes: list[tuple[int, ...]] = []

@@ -1,6 +1,7 @@
 """M2I/I2M Tables 5-8: the EfficientNet-B1 and ResNet-34 suites are the Wide-VGG9 suites with only the
-backbone changed (and the quick wiring image size), and run end to end (--clh-quick) on fabricated
+backbone changed (and the quick wiring image size, and PNN's depth, matched to the backbone's), and run end to end (--clh-quick) on fabricated
 copies of the six datasets."""
+import copy
 import dataclasses
 import json
 from pathlib import Path
@@ -15,19 +16,24 @@ from clharness.engine.suites import load_suite
 from curriculum_fakedata import write_six
 
 SUITES = Path(__file__).resolve().parents[1] / "suites"
-# (base suite, variant suffix, backbone, its options: the authors' models' defaults)
-VARIANTS = [("m2i", "efficientnet", "efficientnet-b1", {"drop_rate": 0.2, "drop_path_rate": 0.2}),
-            ("i2m", "efficientnet", "efficientnet-b1", {"drop_rate": 0.2, "drop_path_rate": 0.2}),
-            ("m2i", "resnet34", "resnet34", {"zero_init_last": False}),
-            ("i2m", "resnet34", "resnet34", {"zero_init_last": False})]
+# (base suite, variant suffix, backbone, its options: the authors' models' defaults, PNN's depth: section
+# 4.1, "we matched the number of fully connected layers with those of our adopted CNN model architectures,
+# i.e., 9, 24, and 34 layers")
+VARIANTS = [("m2i", "efficientnet", "efficientnet-b1", {"drop_rate": 0.2, "drop_path_rate": 0.2}, 24),
+            ("i2m", "efficientnet", "efficientnet-b1", {"drop_rate": 0.2, "drop_path_rate": 0.2}, 24),
+            ("m2i", "resnet34", "resnet34", {"zero_init_last": False}, 34),
+            ("i2m", "resnet34", "resnet34", {"zero_init_last": False}, 34)]
 
 
 @pytest.mark.parametrize("quick", [False, True])
-@pytest.mark.parametrize("base, short, backbone, options", VARIANTS)
-def test_variant_differs_from_the_wide_vgg9_suite_only_in_the_backbone(base, short, backbone, options, quick):
+@pytest.mark.parametrize("base, short, backbone, options, pnn_layers", VARIANTS)
+def test_variant_differs_from_the_wide_vgg9_suite_only_in_the_backbone(base, short, backbone, options, pnn_layers,
+                                                                        quick):
     ref, var = load_suite(SUITES / f"{base}.toml", quick), load_suite(SUITES / f"{base}-{short}.toml", quick)
     assert var.name == f"{base}-{short}" and var.seeds == ref.seeds and var.methods == ref.methods
-    assert var.hparams == ref.hparams and var.gates == ref.gates
+    ref_hp, var_hp = copy.deepcopy(ref.hparams), copy.deepcopy(var.hparams)
+    assert (ref_hp["pnn"].pop("layers"), var_hp["pnn"].pop("layers")) == (9, pnn_layers)
+    assert var_hp == ref_hp and var.gates == ref.gates
     assert len(var.scenarios) == len(ref.scenarios) == 2
     for a, b in zip(ref.scenarios, var.scenarios):
         da, db = dataclasses.asdict(a), dataclasses.asdict(b)
