@@ -192,6 +192,17 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("agem-sample-size-m2i-default", "methods/agem.py",
              '"sample_size": clh.Int(1, 100000, default=256)', '"sample_size": clh.Int(1, 100000, default=1300)',
              ("tests/test_fidelity_replay.py::test_agem_reference_gradient_batch_is_sample_size_rows_of_the_memory",)),
+    # A-GEM in M2I/I2M (issue 30 item 12): Avalanche 0.2.1's sample_size 64, split evenly over the stored tasks
+    Mutation("agem-per-task-sample-not-divided", "methods/agem.py",
+             "k = max(1, n // len(self.memory.tasks))", "k = n",
+             ("tests/test_m2i_authors_configs.py::test_agem_per_task_sampling_draws_sample_size_over_tasks_rows_of_each",)),
+    Mutation("m2i-agem-sample-size-table9", "suites/m2i.toml",
+             "sample_size = 64\n", "sample_size = 1300\n",
+             ("tests/test_m2i_authors_configs.py::test_suite_runs_the_authors_agem_pnn_and_generative_replay",)),
+    # PNN in M2I/I2M: Avalanche's adapters start at layer 1 (the raw input), not layer 2
+    Mutation("pnn-avalanche-laterals-skip-the-input-layer", "methods/pnn.py",
+             "            self.first_adapted = 0\n", "            self.first_adapted = 1\n",
+             ("tests/test_m2i_authors_configs.py::test_pnn_avalanche_laterals_have_avalanches_parameters",)),
     # GMED (issue 28): a sum of the two means; the memory offered after every step of an offline task
     Mutation("gmed-one-mean-over-the-concatenation", "methods/gmed.py",
              "return self.cross_entropy(logits[:len(y)], y) + self.cross_entropy(logits[len(y):], my)",
