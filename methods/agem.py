@@ -32,6 +32,7 @@ class AGEM(GradientEpisodicMethod):
     deviations = ()
     hparams = {**GradientEpisodicMethod.hparams, "sample_size": clh.Int(1, 100000, default=256),
                "sampling": clh.Choice(["uniform", "per-task"])}
+    later_hparams = {"sampling": "uniform"}   # added later: stored runs keep their keys
 
     def memory_batches(self):
         if self.hp["sampling"] == "per-task":

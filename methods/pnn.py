@@ -144,6 +144,7 @@ class PNN(clh.Method):
                "hidden": clh.Int(8, 4096, default=200),
                "adapter": clh.Choice(["mlp", "linear"]),     # eq. 2 (Avalanche's default) or eq. 1
                "laterals": clh.Choice(["paper", "avalanche"])}   # where the adapters go (module docstring)
+    later_hparams = {"laterals": "paper"}   # added later: stored runs keep their keys
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)

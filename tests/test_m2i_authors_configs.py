@@ -186,3 +186,15 @@ def test_m2i_suite_runs_agem_pnn_and_generative_replay_end_to_end_quick(pytester
             assert R.shape == (6, 6) and np.isfinite(R).all()
     assert records["pnn", "ti"]["hparams"]["layers"] == 9 and records["agem", "ci"]["hparams"]["sample_size"] == 64
     assert result.ret == 0, result.stdout.str()[-3000:]
+
+
+@pytest.mark.parametrize("method, option, default, other", [("agem", "sampling", "uniform", "per-task"),
+                                                            ("pnn", "laterals", "paper", "avalanche")])
+def test_new_options_keep_stored_runs_keys_at_their_defaults(harness, method, option, default, other):
+    from clharness.engine.runner import Case, versions
+    cls = harness.methods[method]
+    spec = load_suite(SUITES / "m2i.toml").scenarios[1]
+    base = Case("s", spec, method, 0, resolve_hparams(cls, {}))
+    assert base.hparams[option] == default and option not in base.definition(cls, versions())["hparams"]
+    changed = Case("s", spec, method, 0, resolve_hparams(cls, {option: other}))
+    assert changed.definition(cls, versions())["hparams"][option] == other
