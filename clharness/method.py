@@ -142,8 +142,11 @@ class Context:
     # Digest of every tensor of the first backbone this context built, by its name in that backbone:
     # the encoder all methods of the run share, which the memory footprint leaves out (CLDyB B.4).
     shared_backbone: dict[str, str] | None = field(default=None, repr=False, compare=False)
-    # how memory_report reads CLDyB B.4's "in addition to the ViT Encoder" (MEMORY_ENCODER_READINGS)
+    # how memory_report reads CLDyB B.4's "in addition to the ViT Encoder" (MEMORY_ENCODER_READINGS), and
+    # whether the first backbone holds pretrained weights (else only a frozen_shared module is "the encoder":
+    # a scratch run's untouched copy of its random init is a replica, not an encoder all methods share)
     memory_encoder: str = "trained"
+    pretrained_encoder: bool = False
 
     def make_backbone(self) -> nn.Module:
         """A fresh feature extractor with an ``out_dim`` attribute, on the run's device. The first
@@ -237,7 +240,9 @@ class Method:
         using EMA), PET modules, dataset statistics, and samples from previous tasks").
 
         The encoder is the run's shared backbone (the first ``make_backbone()``, by tensor name and
-        bytes). Two readings (``context.memory_encoder``, the suite key ``memory_encoder``):
+        bytes): inside a module marked ``frozen_shared`` (the feature cache's ``FrozenFeatures``) always,
+        anywhere else when ``context.pretrained_encoder`` (the runner sets it for pretrained or checkpoint
+        weights; a scratch run's untouched copy of its random init is a replica). Two readings (``context.memory_encoder``, the suite key ``memory_encoder``):
 
         * ``"trained"`` (default, issue 30 item 9): frozen parameters are excluded, trained ones
           included. A tensor whose name and bytes are still the pretrained encoder's, wherever it sits
@@ -255,7 +260,7 @@ class Method:
                               f"choose one of {', '.join(MEMORY_ENCODER_READINGS)}")
         report, seen = MemoryReport(), set()
         live = set() if self.context.memory_encoder == "never" else None
-        _count(vars(self), report, seen, self.context.shared_backbone or {}, live)
+        _count(vars(self), report, seen, self.context.shared_backbone or {}, live, self.context.pretrained_encoder)
         return report
 
     # --- state handling for search (copies trained and thrown away) ---
@@ -311,20 +316,22 @@ def _is_encoder(name: str, t: torch.Tensor, shared: Mapping[str, str], live: set
 
 
 def _count(obj: Any, report: MemoryReport, seen: set[int], shared: Mapping[str, str],
-           live: set[str] | None = None) -> None:
+           live: set[str] | None = None, anywhere: bool = False) -> None:
     if id(obj) in seen:
         return
     seen.add(id(obj))
     if isinstance(obj, nn.Module):
+        marked = {id(t) for m in obj.modules() if getattr(m, "frozen_shared", False)
+                  for t in (*m.parameters(), *m.buffers())} if shared else set()
         for name, p in obj.named_parameters():
             if id(p) not in seen:
                 seen.add(id(p))
-                if not _is_encoder(name, p, shared, live):
+                if not ((anywhere or id(p) in marked) and _is_encoder(name, p, shared, live)):
                     report.parameters += p.numel()
         for name, b in obj.named_buffers():
             if id(b) not in seen:
                 seen.add(id(b))
-                if not _is_encoder(name, b, shared, live):
+                if not ((anywhere or id(b) in marked) and _is_encoder(name, b, shared, live)):
                     report.tensor_elements += b.numel()
     elif hasattr(obj, "exemplar_images"):   # replay buffers report their own images
         n, nbytes = obj.exemplar_images()
@@ -334,7 +341,7 @@ def _count(obj: Any, report: MemoryReport, seen: set[int], shared: Mapping[str, 
         report.tensor_elements += obj.numel()
     elif isinstance(obj, Mapping):
         for v in obj.values():
-            _count(v, report, seen, shared, live)
+            _count(v, report, seen, shared, live, anywhere)
     elif isinstance(obj, (list, tuple)):
         for v in obj:
-            _count(v, report, seen, shared, live)
+            _count(v, report, seen, shared, live, anywhere)

@@ -454,6 +454,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "        live.add(encoder)\n        return True",
              "        live.add(encoder)\n        return False",
              ("tests/test_cldyb_protocol_round2.py",)),
+    Mutation("b4-memory-pretrained-flag-ignored", "clharness/method.py",
+             "                if not ((anywhere or id(p) in marked) and _is_encoder(name, p, shared, live)):",
+             "                if not _is_encoder(name, p, shared, live):",
+             ("tests/test_cldyb_protocol_round2.py",)),
 )
 
 

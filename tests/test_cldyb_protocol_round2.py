@@ -110,7 +110,7 @@ def _b4_method(reading="trained"):
     import clharness as clh
     from clharness.toolkit.backbones import MLP
 
-    ctx = clh.Context(clh.Setting.CLASS_IL, 2, (1, 2, 2), memory_encoder=reading,
+    ctx = clh.Context(clh.Setting.CLASS_IL, 2, (1, 2, 2), memory_encoder=reading, pretrained_encoder=True,
                       backbone_factory=lambda: MLP((1, 2, 2), hidden=3, layers=2))
 
     class PartTuner(clh.Method):
@@ -151,3 +151,33 @@ def test_b4_memory_reading_is_a_scenario_key_with_checked_values(tmp_path):
     path.write_text(path.read_text().replace('"never"', '"none"'))
     with pytest.raises(SuiteError, match="memory_encoder = 'none'; allowed values: trained, never"):
         load_suite(path)
+
+
+def test_b4_memory_of_a_scratch_run_counts_an_untouched_replica_of_its_random_init():
+    # without pretrained weights there is no encoder all methods share: CLS-ER's EMA copies that no
+    # update has reached yet are still replicas the method stores
+    import copy
+
+    import clharness as clh
+    from clharness.toolkit.backbones import MLP
+    ctx = clh.Context(clh.Setting.CLASS_IL, 2, (1, 2, 2), backbone_factory=lambda: MLP((1, 2, 2), hidden=3, layers=1))
+
+    class Replicas(clh.Method):
+        name = "b4-replicas"
+
+    m = Replicas(ctx)
+    m.model = ctx.make_classifier()
+    m.stable_model = copy.deepcopy(m.model).requires_grad_(False)
+    assert m.memory_report().parameters == 2 * ((4 * 3 + 3) + (3 * 2 + 2))
+    pretrained = clh.Context(clh.Setting.CLASS_IL, 2, (1, 2, 2), pretrained_encoder=True,
+                             backbone_factory=ctx.backbone_factory)
+    m.context = pretrained
+    pretrained.shared_backbone = ctx.shared_backbone
+    assert m.memory_report().parameters == 2 * (3 * 2 + 2)   # both encoders are the pretrained bytes
+
+
+def test_the_runner_marks_pretrained_and_checkpoint_backbones_only():
+    from clharness.toolkit.backbones import pretrained_weights
+    assert pretrained_weights("vit-b16-in21k") and pretrained_weights("timm", {"pretrained": True})
+    assert pretrained_weights("timm", {"checkpoint": "w.safetensors"})
+    assert not pretrained_weights("mlp") and not pretrained_weights("vit-b16-in21k", {"pretrained": False})

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from .. import __version__, metrics
-from ..toolkit.backbones import WeightsMissing, weights_identity
+from ..toolkit.backbones import WeightsMissing, pretrained_weights, weights_identity
 from ..hparams import resolve
 from ..method import Context, Diverged, Method, MethodError, Setting
 from ..results import RunRecord, run_key
@@ -196,6 +196,7 @@ def make_context(case: Case, scenario, harness, device: torch.device) -> Context
         device=device, seed=case.seed, epochs=spec.epochs, batch_size=spec.batch_size,
         memory_size=spec.memory_size, amp=spec.amp and device.type == "cuda",
         first_task_train=copy.deepcopy(spec.first_task_train), memory_encoder=spec.memory_encoder,
+        pretrained_encoder=pretrained_weights(spec.backbone, spec.backbone_options),
         backbone_factory=functools.partial(harness.backbones[spec.backbone], input_shape,
                                            **copy.deepcopy(spec.backbone_options)),
         task_classes=tuple(tuple(t.classes) for t in scenario.tasks) if scenario.setting is Setting.TASK_IL else ())

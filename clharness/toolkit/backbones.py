@@ -461,6 +461,12 @@ def weights_identity(backbone: str, options: dict | None = None) -> str:
         return model
 
 
+def pretrained_weights(backbone: str, options: dict | None = None) -> bool:
+    """Whether the backbone starts from pretrained or checkpoint weights (its options or its factory's default)."""
+    options = options or {}
+    return bool(options.get("pretrained", _factory_default(backbone, "pretrained")) or options.get("checkpoint"))
+
+
 class WeightsMismatch(WeightsMissing):
     """A checkpoint that holds other weights than the ones the suite names."""
 
