@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
                           "final_acc,avg_inc_acc,forgetting,bwt, the kinds' own metrics, train_seconds,memory_mb)")
     rep.add_argument("--suite", action="append", default=[], metavar="NAME", help="only this suite (repeatable)")
     rep.add_argument("--html", metavar="PATH", help="also write the HTML report to PATH")
+    rep.add_argument("--figures", metavar="DIR",
+                     help="also write every figure of the HTML report to DIR as PNG, SVG and PDF "
+                          "(named suite__scenario_kind; with the page as DIR/report.html unless --html is given)")
     rep.add_argument("--jobs", type=int, default=None, metavar="N",
                      help="processes drawing the HTML report's figures (default: one per CPU)")
 
@@ -249,7 +252,7 @@ def _print_registered(harness) -> int:
 
 def report_results(args: argparse.Namespace) -> int:
     from .registry import RegistryError
-    from .reporting.report import ReportError, check_columns, load_records, render_text, write_html
+    from .reporting.report import ReportError, check_columns, load_records, render_text, write_figures, write_html
     from .results import StoreError
     from .reporting.scorecard import default_columns
 
@@ -265,11 +268,17 @@ def report_results(args: argparse.Namespace) -> int:
             from .reporting.report import FORMATS
             for title, text in report_sections(records, FORMATS[args.format], Harness):   # GTEP's, ...
                 print(f"\n{title}\n{text}")
-        if args.html:
+        if args.html or args.figures:
             from .plugins import Harness
-            path = write_html(args.html, records, columns, source=str(Path(args.results).resolve()),
-                              make_harness=Harness, workers=args.jobs)
-            print(f"wrote {path}", file=sys.stderr)   # stderr: stdout stays parseable csv/json
+            source = str(Path(args.results).resolve())
+            if args.html:
+                path = write_html(args.html, records, columns, source=source, make_harness=Harness,
+                                  workers=args.jobs, figures=args.figures)
+            else:
+                path = write_figures(args.figures, records, columns, source=source, make_harness=Harness,
+                                     workers=args.jobs)
+            print(f"wrote {path}" + (f" and its figures to {args.figures}" if args.figures else ""),
+                  file=sys.stderr)   # stderr: stdout stays parseable csv/json
     except (ReportError, StoreError, OSError, RegistryError) as exc:
         print(f"clharness report: {exc}", file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import matplotlib
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -158,6 +159,12 @@ METHOD_PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E0
                   "#AA4499")
 
 
+def method_gid(method: str) -> str:
+    """The id of a method's line in an exported SVG (``<g id="method-er">``): a script can read a
+    method's colour from any figure (scripts/render_report.py checks they agree)."""
+    return "method-" + re.sub(r"[^A-Za-z0-9_.-]", "_", method)
+
+
 def _assign_colors(methods: Sequence[str]) -> dict[str, tuple]:
     from matplotlib.colors import to_rgba
     if len(methods) <= len(METHOD_PALETTE):
@@ -246,7 +253,7 @@ def curve_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
         x = np.arange(len(mean))
         T = max(T, len(mean))
         label = f"{method} (n={seeds[method]})" if seeds and method in seeds else method
-        ax.plot(x, mean, marker="o", ms=3.5, lw=1.6, color=colors[method], label=label)
+        ax.plot(x, mean, marker="o", ms=3.5, lw=1.6, color=colors[method], label=label, gid=method_gid(method))
         # Accuracy lives in [0, 1]; a wide few-seed t-interval must not stretch the axis past it.
         ax.fill_between(x, np.clip(lo, 0, 1), np.clip(hi, 0, 1), color=colors[method], alpha=0.18, lw=0)
     bottom, top = ax.get_ylim()
@@ -303,7 +310,7 @@ def radar_figure(labels: Sequence[str], values: Mapping[str, Sequence[float]],
     closed = np.append(angles, angles[0])
     for method, v in values.items():
         v = np.append(v, v[0])
-        ax.plot(closed, v, lw=1.6, color=colors[method], label=method)
+        ax.plot(closed, v, lw=1.6, color=colors[method], label=method, gid=method_gid(method))
         ax.fill(closed, v, color=colors[method], alpha=0.08)
     ax.set_theta_offset(np.pi / 2)   # first axis (final accuracy) on top, then clockwise
     ax.set_theta_direction(-1)
@@ -358,10 +365,15 @@ def export_figures(directory: str | Path | None):
         _export.update(saved)
 
 
+def figure_stem(alt: str) -> str:
+    """A stable, readable file stem from a figure's alt text: "suite::scenario: method radar" ->
+    "suite__scenario_method-radar"."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", alt.replace("::", "__").replace(": ", "_")).strip("-.") or "figure"
+
+
 def figure_name(alt: str) -> str:
-    """A stable, readable file stem from a figure's alt text ("suite::scenario: method radar" ->
-    "suite__scenario_method-radar"); a repeat in one export gets -2, -3, ..."""
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", alt.replace("::", "__").replace(": ", "_")).strip("-.") or "figure"
+    """:func:`figure_stem`, made unique in the running export (a repeat gets -2, -3, ...)."""
+    stem = figure_stem(alt)
     name, k = stem, 1
     while name in _export["names"]:
         k += 1
@@ -373,10 +385,12 @@ def figure_name(alt: str) -> str:
 def _save_vectors(fig: Figure, alt: str, tight: bool) -> None:
     stem = _export["dir"] / figure_name(alt)
     box = {"bbox_inches": "tight" if tight else None, "pad_inches": 0.08}
-    # no dates or matplotlib URLs in the files: the same figure gives the same bytes
-    fig.savefig(stem.with_suffix(".png"), format="png", dpi=200, metadata={"Software": None}, **box)
-    fig.savefig(stem.with_suffix(".svg"), format="svg", metadata={"Date": None}, **box)
-    fig.savefig(stem.with_suffix(".pdf"), format="pdf", metadata={"CreationDate": None}, **box)
+    # no dates or matplotlib URLs in the files: the same figure gives the same bytes. Text stays text
+    # (SVG) and TrueType (PDF, not Type 3): editable, and what journals ask for.
+    with matplotlib.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42, "svg.hashsalt": "clharness"}):
+        fig.savefig(stem.with_suffix(".png"), format="png", dpi=200, metadata={"Software": None}, **box)
+        fig.savefig(stem.with_suffix(".svg"), format="svg", metadata={"Date": None}, **box)
+        fig.savefig(stem.with_suffix(".pdf"), format="pdf", metadata={"CreationDate": None}, **box)
 
 
 def export_svg(svg: str, alt: str) -> None:

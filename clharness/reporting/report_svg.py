@@ -86,7 +86,34 @@ def bar_chart(groups: Sequence[tuple[str, Sequence[Bar]]], title: str, ylabel: s
         out.append(f"<rect x='{lx:.0f}' y='{top + 16 * k}' width='10' height='10' fill='{color}'/>"
                    f"<text x='{lx + 14:.0f}' y='{top + 16 * k + 9}'>{e(name)}</text>")
     out.append("</svg>")
-    return "".join(out)
+    svg = "".join(out)
+    from .plots import export_svg   # a report exporting its figures (--clh-figures) gets this one as SVG
+    export_svg(svg, title)
+    return svg
+
+
+def spread_labels(ys: Sequence[float], gap: float, top: float) -> list[float]:
+    """Label baselines (SVG y, growing downwards) moved apart so that any two are at least ``gap``
+    apart, in the points' order, none above ``top``: labels of close scores (GTEP's slope plot)
+    otherwise print over each other. Labels that would overlap form a block centred on its points,
+    and blocks merge until none overlap (a label as near its point as the others allow)."""
+    blocks: list[list[int]] = []   # runs of label indices, in order
+    start = lambda block: max(top, sum(ys[i] for i in block) / len(block) - (len(block) - 1) * gap / 2)  # noqa: E731
+    for i in sorted(range(len(ys)), key=lambda i: ys[i]):
+        blocks.append([i])
+        while len(blocks) > 1 and start(blocks[-2]) + len(blocks[-2]) * gap > start(blocks[-1]):
+            last = blocks.pop()
+            blocks[-1] += last
+    out = [0.0] * len(ys)
+    for block in blocks:
+        for k, i in enumerate(block):
+            out[i] = start(block) + k * gap
+    return out
+
+
+def text_width(text: str, font_size: float = 11) -> float:
+    """A generous width estimate of sans-serif text (0.62 em a character): room to reserve for a label."""
+    return 0.62 * font_size * len(text)
 
 
 def hex_color(rgba) -> str:

@@ -65,12 +65,21 @@ def slope_svg(group, width: int = 360, height: int = 260) -> str:
     ok = group.dropna(subset=["tune_acc", "eval_acc"])
     if ok.empty:
         return ""
+    from ...reporting.report_svg import spread_labels, text_width
     values = [*ok.tune_acc, *ok.eval_acc]
     lo, hi = min(values), max(values)
     pad = max((hi - lo) * 0.08, 0.01)
     lo, hi = lo - pad, hi + pad
-    top, bottom, left, right = 24, height - 28, 110, width - 110
+    # margins as wide as the longest label, so none runs off the picture
+    margin = int(max(110, 10 + max(text_width(f"{m} 0.000") for m in ok.method)))
+    width = max(width, 2 * margin + 140)
+    top, bottom, left, right = 24, height - 28, margin, width - margin
     y = lambda v: bottom - (v - lo) / (hi - lo) * (bottom - top)  # noqa: E731
+    # labels of close scores moved apart (one line of 11px text each), the picture grown to hold them
+    # (the left column shares its place with the axis' hi and lo values)
+    hi_y, lo_y, *left_y = spread_labels([top - 8, bottom + 12, *(y(v) + 4 for v in ok.tune_acc)], 13, 12)
+    right_y = spread_labels([y(v) + 4 for v in ok.eval_acc], 13, 12)
+    height = max(height, int(max(lo_y, *left_y, *right_y)) + 28)
     colors = plots.method_colors(sorted(group.method))
     parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
              f"viewBox='0 0 {width} {height}' font-size='11' font-family='sans-serif' role='img'>",
@@ -79,17 +88,17 @@ def slope_svg(group, width: int = 360, height: int = 260) -> str:
              f"<line x1='{right}' y1='{top}' x2='{right}' y2='{bottom}' stroke='#999'/>",
              f"<text x='{left}' y='{height - 10}' text-anchor='middle'>tuning (D^HT)</text>",
              f"<text x='{right}' y='{height - 10}' text-anchor='middle'>evaluation (D^E)</text>",
-             f"<text x='{left - 4}' y='{top - 8}' text-anchor='end' fill='#666'>{hi:.2f}</text>",
-             f"<text x='{left - 4}' y='{bottom + 12}' text-anchor='end' fill='#666'>{lo:.2f}</text>"]
-    for _, r in ok.iterrows():
+             f"<text x='{left - 6}' y='{hi_y:.1f}' text-anchor='end' fill='#666'>{hi:.2f}</text>",
+             f"<text x='{left - 6}' y='{lo_y:.1f}' text-anchor='end' fill='#666'>{lo:.2f}</text>"]
+    for k, (_, r) in enumerate(ok.iterrows()):
         c = _hex(colors[r.method])
         y0, y1 = y(r.tune_acc), y(r.eval_acc)
         parts.append(f"<line class='slope' data-method='{_e(r.method)}' data-tune='{r.tune_acc:.4f}' "
                      f"data-eval='{r.eval_acc:.4f}' x1='{left}' y1='{y0:.1f}' x2='{right}' y2='{y1:.1f}' "
                      f"stroke='{c}' stroke-width='2'/>"
                      f"<circle cx='{left}' cy='{y0:.1f}' r='3' fill='{c}'/><circle cx='{right}' cy='{y1:.1f}' r='3' fill='{c}'/>"
-                     f"<text x='{left - 6}' y='{y0 + 4:.1f}' text-anchor='end' fill='{c}'>{_e(r.method)} {r.tune_acc:.3f}</text>"
-                     f"<text x='{right + 6}' y='{y1 + 4:.1f}' fill='{c}'>{r.eval_acc:.3f} {_e(r.method)}</text>")
+                     f"<text x='{left - 6}' y='{left_y[k]:.1f}' text-anchor='end' fill='{c}'>{_e(r.method)} {r.tune_acc:.3f}</text>"
+                     f"<text x='{right + 6}' y='{right_y[k]:.1f}' fill='{c}'>{r.eval_acc:.3f} {_e(r.method)}</text>")
     parts.append("</svg>")
     return f"<figure>{''.join(parts)}<figcaption>Final accuracy of each method's H* in the tuning phase (left) " \
            f"and the evaluation phase (right); crossing lines are rank changes.</figcaption></figure>"
