@@ -51,6 +51,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "since (each one is listed at the end, with both code digests)")
     group.addoption("--clh-scorecard", default=None, metavar="PATH",
                     help="write the session's scorecard (.md, .json or .csv by suffix)")
+    group.addoption("--clh-figures", default=None, metavar="DIR",
+                    help="write every figure of the session's report to DIR as PNG, SVG and PDF (the page: DIR/report.html)")
     group.addoption("--clh-compare", default=None, metavar="SCORECARD.json",
                     help="add regression gates against a saved scorecard (see --clh-max-drop)")
     group.addoption("--clh-max-drop", action="append", default=[], metavar="METRIC=VALUE",
@@ -388,6 +390,11 @@ class ClhSession:
             for module in _kind_modules():
                 if hasattr(module, "write_scorecard"):
                     module.write_scorecard(path, self.records, self.harness)
+        figures = self.config.getoption("clh_figures")
+        if figures and self.records and not hasattr(self.config, "workerinput"):
+            from .reporting.report import write_figures
+            from .reporting.scorecard import default_columns
+            write_figures(figures, self.records, default_columns(self.records), make_harness=lambda: self.harness)
 
 
 class _LazyHarness:
