@@ -45,6 +45,7 @@ class Mutation:
 # Re-point ``file`` (and ``tests``) here when modules move; ``original`` must stay exact. Tests are
 # files or node ids: the ones that pin the behaviour the mutation breaks (node ids keep a run short).
 R = "tests/test_runner.py::"
+P = "tests/test_report_paper_figures.py::"
 MUTATIONS: tuple[Mutation, ...] = (
     # runner: the protocol and the record key
     Mutation("eval-on-train-split", "clharness/engine/runner.py",
@@ -458,6 +459,42 @@ MUTATIONS: tuple[Mutation, ...] = (
              "                if not ((anywhere or id(p) in marked) and _is_encoder(name, p, shared, live)):",
              "                if not _is_encoder(name, p, shared, live):",
              ("tests/test_cldyb_protocol_round2.py",)),
+    # the report fit for a paper (issue 31)
+    Mutation("report-colours-per-figure", "clharness/reporting/plots.py",
+             "if _page_colors and all(m in _page_colors for m in methods):", "if False:",
+             (P + "test_a_method_has_one_colour_in_every_figure_of_the_page_the_gtep_section_included",)),
+    Mutation("report-worker-exports-nothing", "clharness/reporting/report.py",
+             "with plots.page_palette(colors), plots.export_figures(figures):",
+             "with plots.page_palette(colors), plots.export_figures(None):",
+             (P + "test_worker_processes_draw_with_the_parents_colours",)),
+    Mutation("report-figures-without-pdf", "clharness/reporting/plots.py",
+             'fig.savefig(stem.with_suffix(".pdf"), format="pdf", metadata={"CreationDate": None}, **box)', "pass",
+             (P + "test_report_figures_flag_writes_png_svg_and_pdf_per_figure",)),
+    Mutation("report-radar-keeps-cldyb-search", "clharness/reporting/report.py",
+             "groups = {m: rs for m, rs in groups.items() if m not in pseudo}", "groups = dict(groups)",
+             (P + "test_cldyb_search_records_are_no_method_in_radars_or_colours",)),
+    Mutation("report-radar-axis-nobody-carries", "clharness/reporting/plots.py",
+             'if "ala" in carried:', "if True:",
+             (P + "test_stf_radar_keeps_its_axes_and_does_not_collapse",)),
+    Mutation("report-radar-costliest-at-centre", "clharness/reporting/plots.py",
+             "1.0 if v <= lo else max(lo, 0.0) / v for m, v in costs.items()}",
+             "1.0 if v <= lo else 0.0 for m, v in costs.items()}",
+             (P + "test_costs_are_efficiencies_never_the_centre_for_the_costliest",)),
+    Mutation("report-interval-note-missing", "clharness/reporting/report.py",
+             'text += f"\n\n({INTERVAL_NOTE})"', "pass",
+             (P + "test_intervals_use_student_t_with_n_minus_one_and_say_n",)),
+    Mutation("report-pairwise-student-not-welch", "clharness/reporting/scorecard.py",
+             "stats.ttest_ind(a, b, equal_var=False)", "stats.ttest_ind(a, b, equal_var=True)",
+             (P + "test_pairwise_comparison_is_welchs_t_test_with_both_n",)),
+    Mutation("gtep-slope-labels-at-their-points", "clharness/benchmarks/gtep/report_html.py",
+             "*(y(v) + 4 for v in ok.tune_acc)], 13, 12)", "*(y(v) + 4 for v in ok.tune_acc)], 0, 12)",
+             (P + "test_gtep_slope_labels_do_not_overlap_with_many_long_close_labels",)),
+    Mutation("report-training-time-without-spread", "clharness/reporting/report.py",
+             '("" if math.isnan(sd) else f" ± {sd:.2g}")', '""',
+             (P + "test_training_time_is_shown_with_its_spread_and_n",)),
+    Mutation("render-check-ignores-colours", "scripts/render_report.py",
+             "if len(seen) > 1:", "if len(seen) > 2:",
+             (P + "test_render_check_catches_a_method_in_two_colours",)),
 )
 
 

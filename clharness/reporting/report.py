@@ -137,7 +137,7 @@ _NOTES = {
              "(t_{0.975, n−1}, n = the method's seeds, shown in the legend).",
     "radar": "Methods compared as in CLDyB Fig. 4; further out is better on every axis. Final accuracy, "
              "learning accuracy (ALA, mean of R[j][j]) and robustness on their absolute 0-1 scale; retention = "
-             "1 − AFM (= 1 + AR, CLDyB's average retention shifted into 0-1), or STF's information retention "
+             "1 − AFM (= 1 + AR, CLDyB's average retention shifted into 0-1), or the information retention "
              "for a stream without a task matrix; an axis no method carries is left out. Memory (memory_mb) and "
              "training time (train_seconds) are efficiencies: the cheapest method's seed-mean cost over each "
              "method's (the cheapest on the rim, twice the cost half-way in).",
