@@ -481,7 +481,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "1.0 if v <= lo else 0.0 for m, v in costs.items()}",
              (P + "test_costs_are_efficiencies_never_the_centre_for_the_costliest",)),
     Mutation("report-interval-note-missing", "clharness/reporting/report.py",
-             'text += f"\n\n({INTERVAL_NOTE})"', "pass",
+             'text += f"\\n\\n({INTERVAL_NOTE})"', "pass",
              (P + "test_intervals_use_student_t_with_n_minus_one_and_say_n",)),
     Mutation("report-pairwise-student-not-welch", "clharness/reporting/scorecard.py",
              "stats.ttest_ind(a, b, equal_var=False)", "stats.ttest_ind(a, b, equal_var=True)",
