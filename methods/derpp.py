@@ -38,6 +38,8 @@ memory filled at the end of each task) moved it less (ResNet-18: 0.821 with one 
 with all of them) and are not offered: the shared BatchNorm statistics are the largest difference
 found (Avalanche's own CIFAR run was not reproduced).
 """
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -109,42 +111,54 @@ class DERpp(SupervisedMethod):
             loss = loss + self.hp["beta"] * self.cross_entropy(self.model(view(x2)), y2)
         return loss
 
-    def step_loss(self, x, y, view=None):
-        """The DER++ objective of one step on ``view(x)`` and the stream batch's logits, with three
+    def draw(self, x, y, view=None):
+        """A step's random draws: the view of the stream batch and, once the memory holds samples,
+        two memory minibatches of its size (x', z') and (x'', y'') with fresh views; ``draw_loss``'s
+        arguments. (--clh-ensemble draws them per seed, then batches ``draw_loss`` over seeds.)"""
+        view = view or (lambda t: t)
+        xv = view(x)
+        if not len(self.buffer):
+            return xv, y
+        x1, _, z1, _ = self.sample(len(y))
+        x2, y2, _, _ = self.sample(len(y))
+        return xv, y, view(x1), z1, view(x2), y2
+
+    def draw_loss(self, xv, y, x1=None, z1=None, x2=None, y2=None):
+        """The DER++ objective of one step on drawn inputs, and the stream batch's logits: three
         forward passes (``forward="separate"``) or one over [stream; x'; x''] (``"concat"``)."""
-        xv = view(x) if view else x
-        if self.hp["forward"] == "concat" and len(self.buffer):
-            view = view or (lambda t: t)
-            x1, _, z1, _ = self.sample(len(y))
-            x2, y2, _, _ = self.sample(len(y))
-            out = self.model(torch.cat([xv, view(x1), view(x2)]))
-            logits, o1, o2 = out.split([len(y), len(x1), len(x2)])
-            loss = (self.cross_entropy(logits, y) + self.hp["alpha"] * F.mse_loss(o1.float(), z1)
-                    + self.hp["beta"] * self.cross_entropy(o2, y2))
-            return loss, logits
-        logits = self.model(xv)
-        return self.derpp_loss(logits, y, view), logits
+        concat = self.hp["forward"] == "concat" and x1 is not None
+        if concat:
+            logits, o1, o2 = self.model(torch.cat([xv, x1, x2])).split([len(y), len(x1), len(x2)])
+        else:
+            logits = self.model(xv)
+        loss = self.cross_entropy(logits, y)
+        if x1 is not None:
+            loss = loss + self.hp["alpha"] * F.mse_loss((o1 if concat else self.model(x1)).float(), z1)
+            loss = loss + self.hp["beta"] * self.cross_entropy(o2 if concat else self.model(x2), y2)
+        return loss, logits
+
+    def step_loss(self, x, y, view=None):
+        """The DER++ objective of one step on ``view(x)``, and the stream batch's logits."""
+        return self.draw_loss(*self.draw(x, y, view))
+
+    def train_loss(self, x, y, view=None):
+        """``fit``'s loss: the step's objective; the raw ``x`` enters the reservoir with the logits of
+        the step (stored before the backward: the memory is not read again until the next step's
+        draws, and the logits are detached, so it equals storing after the step)."""
+        loss, logits = self.step_loss(x, y, view)
+        self.store(x, y, logits)
+        return loss
 
     def step(self, x, y, view=None):
         """One optimisation step on ``view(x)``, then the raw ``x`` enters the reservoir with the
         logits of that step."""
-        seen = {}
-
-        def loss_fn(x, y):
-            loss, logits = self.step_loss(x, y, view)
-            seen["logits"] = logits.detach()
-            return loss
-
         self.model.train()
-        self.trainer.step(loss_fn, x, y)
-        self.store(x, y, seen["logits"])
+        self.trainer.step(self.train_loss, x, y, view)
 
     def learn(self, experience):
         self.labels.add(experience)
-        self.trainer = Trainer.for_method(self)
-        for x, y in raw_batches(experience, self.context.epochs):
-            self.step(x, y, view=experience.augment)
-        self.trainer.check()
+        self.trainer = self.fit(raw_batches(experience, self.context.epochs),
+                                functools.partial(self.train_loss, view=experience.augment))
 
     def observe(self, batch):
         self.trainer = self.trainer or Trainer.for_method(self)

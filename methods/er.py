@@ -30,15 +30,21 @@ class ER(SupervisedMethod):
         self.buffer = kind(context.memory_size, seed=context.seed)
         self.gen = torch.Generator().manual_seed(context.seed)
 
-    def replay_loss(self, x, y, augment=None):
-        # ER loss (Chaudhry et al. 2019, Alg. 1): cross-entropy over B_n ∪ B_M, the stream
-        # batch and an equal-size replay batch, in one forward pass. The memory holds raw views;
-        # with the suite's augmentation the joint batch gets one random view per sample, fresh and
-        # replayed alike (PyCIL augments every sample it loads), drawn in one batched call.
+    def replay_batch(self, x, y, augment=None):
+        """B_n ∪ B_M: the stream batch and an equal-size replay batch drawn from the memory with
+        ``self.gen``. The memory holds raw views; with the suite's augmentation the joint batch gets
+        one random view per sample, fresh and replayed alike (PyCIL augments every sample it loads),
+        drawn in one batched call. Every random draw of a step is here (--clh-ensemble draws it per
+        seed, then batches the loss over seeds)."""
         if len(self.buffer):
             mx, my = self.buffer.sample(len(y), self.gen)
             x, y = torch.cat([x, mx]), torch.cat([y, my])
-        return self.cross_entropy(self.model(x if augment is None else augment(x)), y)
+        return (x if augment is None else augment(x)), y
+
+    def replay_loss(self, x, y, augment=None):
+        # ER loss (Chaudhry et al. 2019, Alg. 1): cross-entropy over B_n ∪ B_M in one forward pass
+        x, y = self.replay_batch(x, y, augment)
+        return self.cross_entropy(self.model(x), y)
 
     def learn(self, experience):
         self.labels.add(experience)

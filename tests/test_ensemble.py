@@ -29,10 +29,11 @@ def _run(tmp_path, name, methods, seeds, **kw):
     return records, [str(w.message) for w in said]
 
 
-@pytest.mark.parametrize("method", ["finetune", "joint", "ewc"])
+@pytest.mark.parametrize("method", ["finetune", "joint", "ewc", "er", "derpp"])
 def test_members_equal_their_solo_runs(tmp_path, method):
     """The floor: every member's accuracy matrix is its solo run's (within 1e-4, float reassociation),
-    under the same key, and says it ran in an ensemble of 3."""
+    under the same key, and says it ran in an ensemble of 3. ER and DER++ draw each step's replay batch
+    from the member's own memory with its own generator (STEPS); DER++ stores each step's logits in it."""
     solo, _ = _run(tmp_path, "solo", [method], 3)
     ens, _ = _run(tmp_path, "ens", [method], 3, ensemble=True)
     assert [r.seed for r in ens] == [0, 1, 2] and all(r.status == "passed" for r in ens)
@@ -56,9 +57,10 @@ def test_stored_member_is_not_retrained(tmp_path):
 
 
 def test_unbatchable_method_runs_solo_and_says_why(tmp_path):
-    records, said = _run(tmp_path, "er", ["er"], 2, ensemble=True)
+    """lwf at its default optimizer (Adam) runs solo (SOLO_WHEN: chaotic at the rounding level)."""
+    records, said = _run(tmp_path, "lwf", ["lwf"], 2, ensemble=True)
     assert all(r.status == "passed" and "executor" not in r.extra for r in records)
-    assert any("quickstart::ci-5x2[er] runs solo" in s and "not opted in" in s for s in said)
+    assert any("quickstart::ci-5x2[lwf] runs solo" in s and "optimizer='sgd' is batched" in s for s in said)
 
 
 def test_why_solo_names_each_obstacle():
@@ -71,7 +73,10 @@ def test_why_solo_names_each_obstacle():
     hp = resolve_hparams(cls)
     assert why_solo(Case("q", spec, "finetune", 0, hp), cls) is None
     assert "schedule" in why_solo(Case("q", spec, "finetune", 0, {**hp, "scheduler": "cosine"}), cls)
-    assert "opted in" in why_solo(Case("q", spec, "er", 0, hp), harness.methods["er"])
+    assert "opted in" in why_solo(Case("q", spec, "si", 0, hp), harness.methods["si"])
+    lwf = harness.methods["lwf"]
+    assert "Adam" in why_solo(Case("q", spec, "lwf", 0, resolve_hparams(lwf)), lwf)
+    assert why_solo(Case("q", spec, "lwf", 0, resolve_hparams(lwf, {"optimizer": "sgd"})), lwf) is None
 
 
 # --------------------------------------------------------------- the batched step, against a hand loop
@@ -149,6 +154,48 @@ def test_nonfinite_loss_fails_only_that_member():
     assert any(not torch.equal(p, q) for p, q in zip(after_one, before))   # its first step was taken
 
 
+@pytest.mark.parametrize("name,loss", [("er", "replay_loss"), ("derpp", "train_loss")])
+def test_replay_members_draw_from_their_own_memories_and_diverge_alone(name, loss):
+    """Members 0 and 1 hold different memories: each ends where its solo fit ends (its replay draws from
+    its own memory with its own generator, ER's replay_batch and DER++'s draw; DER++ stores each step's
+    logits in its own memory). Member 2 meets a non-finite loss at step 2 and fails alone."""
+    from clharness.engine.ensemble import _step
+    from clharness.plugins import Harness
+    cls, data = Harness().methods[name], _data()
+    data.append([data[0][1], (torch.full((4, 4), float("nan")), data[0][0][1])])
+    g = torch.Generator().manual_seed(2)
+    methods = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        ctx = Context(Setting.CLASS_IL, 3, (4,), seed=seed, batch_size=4, memory_size=6,
+                      backbone_factory=functools.partial(MLP, (4,), hidden=5, layers=1))
+        method = cls(ctx, lr=0.1)
+        method.labels.add(_FakeExp())
+        x, y = torch.randn(6, 4, generator=g), torch.randint(0, 3, (6,), generator=g)
+        if name == "derpp":
+            method.store(x, y, torch.randn(6, 3, generator=g))
+        else:
+            method.buffer.add(x, y)
+        methods.append(method)
+    solo = [copy.deepcopy(m) for m in methods[:2]]
+    for method, batches in zip(solo, data):
+        method.fit(batches, getattr(method, loss))
+    members = []
+    for method, batches in zip(methods, data):
+        m = _Member(None, None)
+        m.method, m.batches, m.step = method, iter(batches), _step(method, getattr(method, loss))
+        members.append(m)
+    _train_task(members)
+    for method, want, m in zip(methods, solo, members):
+        assert m.error is None
+        for p, q in zip(method.model.parameters(), want.model.parameters()):
+            assert torch.allclose(p, q, atol=1e-6), (p - q).abs().max()
+        assert torch.equal(method.buffer.x, want.buffer.x) and method.gen.get_state().equal(want.gen.get_state())
+        if name == "derpp":
+            assert torch.allclose(method.buffer_logits, want.buffer_logits, atol=1e-6)
+    assert "non-finite loss (nan) at or before training step 2" in str(members[2].error)
+
+
 class _BNNet(torch.nn.Module):
     """A layer the hand-batched forward does not know (BatchNorm): the vmap path."""
     out_dim = 5
@@ -194,11 +241,15 @@ def test_batchnorm_members_with_ragged_batches_match_their_solo_steps():
 
 
 @pytest.mark.parametrize("method,hp", [("ncm", {"train_backbone": "frozen"}), ("ncm", {"train_backbone": "first-task"}),
-                                       ("ewc", {"ewc_mode": "separate"}), ("ewc", {"ewc_fisher": "minibatch"})])
+                                       ("ewc", {"ewc_mode": "separate"}), ("ewc", {"ewc_fisher": "minibatch"}),
+                                       ("er", {"buffer": "reservoir"}), ("derpp", {"forward": "concat"}),
+                                       ("lwf", {"optimizer": "sgd", "lr": 0.05}),
+                                       ("lwf", {"optimizer": "sgd", "lr": 0.05, "lwf_loss": "avalanche-0.6"})])
 def test_members_equal_their_solo_runs_other_options(method, hp):
     """NCM trains its backbone on the first task only ("first-task") or never ("frozen"): a member
     pauses at that fit alone, and its class means are computed from the batched-trained weights.
-    EWC's own loss reads its per-member Fishers and anchors (one per task in "separate" mode)."""
+    EWC's own loss reads its per-member Fishers and anchors (one per task in "separate" mode); so does
+    LwF (its old model, stacked, and the classes it distils), batched with SGD (SOLO_WHEN)."""
     from clharness.engine.ensemble import run_ensemble
     from clharness.engine.runner import Case, resolve_hparams, run_case
     from clharness.engine.suites import load_suite

@@ -21,15 +21,25 @@ The members run in threads that take turns (never two at once): a baton handed b
 each member's global random streams saved and restored at every hand-over, so the interleaving
 changes nothing a member computes.
 
-Which methods: the opted-in ones (``BATCHED``: finetune, joint, ncm, ewc; or a class attribute
-``ensemble = True``) whose ``learn`` trains through the standard supervised loop: ``self.fit(batches)``
-per task with the default parameters and trainer (a fresh optimizer per task), the step elementwise
-over members, and either SupervisedMethod's loss or the method's own loss reading declared per-member
-state (``STATE`` / ``ensemble_state``: EWC's Fishers and anchors, stacked and vmapped with the
-parameters). Work a method does around ``fit`` (NCM's class means, EWC's Fisher) runs in the member,
-on its trained weights. A case that cannot be batched runs solo; the session says which and why
-(``why_solo``). Not batched yet: replay (er, derpp: a loss that samples the member's memory with its
-own generator), lwf (see ``BATCHED``), online streams, continual evaluation, LR schedules.
+Which methods: the opted-in ones (``BATCHED``: finetune, joint, ncm, ewc, er, derpp, lwf with SGD; or a
+class attribute ``ensemble = True``) whose ``learn`` trains through the standard supervised loop:
+``self.fit(batches)`` per task with the default parameters and trainer (a fresh optimizer per task), the
+step elementwise over members, and a loss that is SupervisedMethod's, the method's own reading declared
+per-member state (``STATE`` / ``ensemble_state``: EWC's Fishers and anchors, LwF's old model and the
+classes it distils, stacked and vmapped with the parameters), or a ``fit`` loss of its own that draws at
+random (``STEPS`` / ``ensemble_steps``: ER's and DER++'s replay). Work a method does around ``fit``
+(NCM's class means, EWC's Fisher, ER's memory update after the task) runs in the member, on its trained
+weights. A case that cannot be batched runs solo; the session says which and why (``why_solo``). Not
+batched yet: lwf with Adam/AdamW (``SOLO_WHEN``: chaotic at the rounding level, so no reassociated sum
+stays within the floor), online streams, continual evaluation, LR schedules, the methods not opted in.
+
+Replay: a step of ER or DER++ draws its replay batch from the member's memory with the member's
+generator (and, with augmentation, views with the member's augmentation generator). The method splits
+its ``fit`` loss into ``prepare`` (the step's random draws), ``loss`` (a function of the drawn tensors)
+and, for DER++, ``after`` (the step's logits into the memory); the harness calls ``prepare`` and
+``after`` per member, in the member's own random streams, in the order its solo run calls them, and
+batches ``loss`` over the members (members whose drawn batches differ in size step in groups). So each
+member draws exactly the batches its solo run draws, and its memory is its own.
 
 Two ways to run the members' forward: SupervisedMethod's loss on a model made only of Linear, ReLU
 and Flatten (the digits MLP) is written out with ``bmm`` for all members at once; anything else is
@@ -40,6 +50,9 @@ Where it pays: the step's fixed cost (Python, dispatch, kernel launches) is paid
 instead of once per member; the arithmetic is the same. On a CPU the quickstart MLP's step is mostly
 GEMM arithmetic already, so the gain there is small (bench/ensemble.py measures it); a narrow MLP
 (overhead-bound) gains more, and a GPU, where a small model's step is all launch overhead, the most.
+ER's and DER++'s draws stay per member (Python, and a swap of random streams, ~0.15 ms a call on a
+CPU): on the quickstart's CPU their ensembles ran at about solo speed or slower (DER++: vmap's three
+forward passes); the batched part is the forward and backward.
 
 Not done: under pytest-xdist the cases run solo (said once); under Ray (``--clh-ray``) the remote
 executor runs each case as its own task, so the option does not apply there.
@@ -53,6 +66,7 @@ is a test on the quickstart: accuracy matrices equal within 1e-4).
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import random
 import threading
@@ -70,15 +84,40 @@ BATCHED = {
     "clharness_methods.joint:Joint",
     "clharness_methods.ncm:NCM",     # trains (train_backbone="first-task") with the standard loop, or not at all
     "clharness_methods.ewc:EWC",     # its own loss (cross-entropy + penalty), see STATE
-    # not lwf: batched, its losses equal the solo run's to 1e-7 at the first step of task 2, but its
-    # distillation amplifies that float reassociation to ~6e-3 in 30 steps on the quickstart, past the
-    # floor (accuracy matrices equal to 1e-4): its STATE below is ready for a looser floor
+    "clharness_methods.er:ER",       # its replay draw per member, see STEPS
+    "clharness_methods.derpp:DERpp",
+    "clharness_methods.lwf:LwF",     # with SGD only, see SOLO_WHEN
 }
 # methods whose own ``loss`` reads per-member state besides the model and labels: those attributes
 # (tensors, dicts and lists of them), stacked over the members and handed to each member's loss in vmap
 STATE = {
     "clharness_methods.ewc:EWC": ("fisher", "anchor", "task_fishers", "task_anchors"),
     "clharness_methods.lwf:LwF": ("old_model", "old_groups", "avalanche_units"),
+}
+# methods whose ``learn`` hands ``fit`` a loss of their own that draws at random (a replay batch from the
+# member's memory, with its own generators): that loss's name -> (prepare, loss, after). ``loss_fn(x, y,
+# **kw)`` computes ``loss(*prepare(x, y, **kw))``; with ``after``, ``loss`` returns (loss, out) and
+# ``loss_fn`` calls ``after(x, y, out)`` (DER++: the step's logits into its memory). The harness calls
+# ``prepare`` and ``after`` per member and step, outside vmap, in the member's random streams (each member
+# draws exactly what its solo run draws, in the same order), and vmaps ``loss`` over the members.
+STEPS = {
+    "clharness_methods.er:ER": {"replay_loss": ("replay_batch", "loss", None)},
+    "clharness_methods.derpp:DERpp": {"train_loss": ("draw", "draw_loss", "store")},
+}
+# hyperparameters under which an opted-in method runs solo: qualname -> hp -> reason (None: batched)
+SOLO_WHEN = {
+    # LwF under Adam is chaotic at the rounding level. At a task's first step the student equals its
+    # teacher, so the distillation's gradient is rounding noise (quickstart: 411 components with
+    # 0 < |g| < 1e-8, against 0-15 at other steps), and Adam moves each such weight by ~lr (g / (|g| + eps)).
+    # Solo, a 1e-7 relative perturbation of the weights after task 1 moves the run's own accuracy matrix by
+    # 0.018-0.056 (seeds 0-2), and by 0 once gradients under 1e-8 are zeroed; the batched gradients differ
+    # from solo's by ~1e-9 (vmap's backward sums in another order), and members ended 0.028-0.045 from
+    # their solo runs. With SGD (no such gain) the members equal their solo runs.
+    "clharness_methods.lwf:LwF": lambda hp: (
+        f"lwf with {hp.get('optimizer')!r}: Adam turns the distillation's rounding noise at each task's first "
+        "step into weight changes, and the run is chaotic at that level (members measured 0.028-0.045 from their "
+        "solo accuracy matrices on the quickstart, past the floor of 1e-4); lwf with optimizer='sgd' is batched"
+        if hp.get("optimizer", "sgd") != "sgd" else None),
 }
 
 
@@ -96,11 +135,20 @@ def _state_names(method_cls):
     return tuple(names) if names is not None else STATE.get(_qualname(method_cls))
 
 
+def _steps(method_cls) -> dict:
+    """Its ``fit`` losses that draw at random (STEPS, or a class attribute ``ensemble_steps``)."""
+    steps = getattr(method_cls, "ensemble_steps", None)
+    return dict(steps) if steps is not None else STEPS.get(_qualname(method_cls), {})
+
+
 def why_solo(case, method_cls, harness=None, device: torch.device | None = None) -> str | None:
     """Why ``case`` cannot run as a member of a seed ensemble (None: it can)."""
     from ..toolkit.training import SupervisedMethod
     if not opted_in(method_cls):
         return f"method {case.method!r} has not opted in to batched training"
+    reason = SOLO_WHEN.get(_qualname(method_cls), lambda hp: None)(case.hparams)
+    if reason:
+        return reason
     if not issubclass(method_cls, SupervisedMethod):
         return f"method {case.method!r} is not a SupervisedMethod"
     for name in ("fit", "loss", "cross_entropy"):
@@ -203,15 +251,42 @@ class _Member:
         self.crash: BaseException | None = None      # escaped run_case (KeyboardInterrupt)
         self.record = None
         self.done = False
+        self.step = None     # this task's (prepare, loss name, after), _step; None: the method's loss
+        self.rng = None      # its global random streams while paused
         self.train_seconds = 0.0     # its share of the ensemble's training time
         self.ensemble_seconds = 0.0  # the ensemble's training time while it was a member
 
     def pause(self) -> None:
-        """Hand the baton to the coordinator; resume when it hands it back."""
-        state = _rng_state()
+        """Hand the baton to the coordinator; resume when it hands it back (its random streams as it
+        left them, or as its ``prepare`` and ``after`` calls left them, ``_in_member``)."""
+        self.rng = _rng_state()
         self.coordinator.release()
         self.turn.acquire()
-        _set_rng(state)
+        _set_rng(self.rng)
+
+
+def _in_member(member: _Member, f, *args):
+    """``f(*args)``, the member's own Python (a replay draw, a store), in the member's random streams."""
+    if member.rng is None:   # not paused (a test drives _train_task directly)
+        return f(*args)
+    _set_rng(member.rng)
+    try:
+        return f(*args)
+    finally:
+        member.rng = _rng_state()
+
+
+def _step(method, loss_fn):
+    """``fit``'s ``loss_fn`` (a bound method of ``method`` named in its STEPS, or a partial of one with
+    keywords) as (prepare, loss name, after); None when it is not one."""
+    kw = {}
+    if isinstance(loss_fn, functools.partial) and not loss_fn.args:
+        loss_fn, kw = loss_fn.func, loss_fn.keywords
+    parts = _steps(type(method)).get(getattr(loss_fn, "__name__", None))
+    if parts is None or getattr(loss_fn, "__self__", None) is not method:
+        return None
+    prepare, loss, after = parts
+    return functools.partial(getattr(method, prepare), **kw), loss, after and getattr(method, after)
 
 
 def _fit_hook(original):
@@ -219,10 +294,13 @@ def _fit_hook(original):
         member = getattr(_local, "member", None)
         if member is None:
             return original(self, batches, loss_fn, params, trainer)
-        if loss_fn is not None or params is not None or trainer is not None or member.batches is not None:
+        step = None if loss_fn is None else _step(self, loss_fn)
+        if ((loss_fn is not None and step is None) or params is not None or trainer is not None
+                or member.batches is not None):
             raise MethodError(f"method {self.name!r}: --clh-ensemble batches only one fit(batches) per task with "
-                              "the default loss, parameters and trainer; run it without --clh-ensemble")
-        member.method, member.batches = self, batches
+                              "the default loss (or one its STEPS declare), parameters and trainer; run it "
+                              "without --clh-ensemble")
+        member.method, member.batches, member.step = self, batches, step
         member.pause()
         error, member.error = member.error, None
         if error is not None:
@@ -386,30 +464,35 @@ def _train_task(members: list[_Member]) -> None:
         else:
             state[name] = _tree(values)
     hp = methods[0].hp
+    parts = [m.step for m in members]   # (prepare, loss name, after) of a STEPS loss, or None
+    if len({s and (s[1], s[2] and s[2].__name__) for s in parts}) > 1:
+        raise MethodError("the members' fit calls differ in their loss")
+    loss_name, after = (parts[0][1], parts[0][2]) if parts[0] else ("loss", None)
 
-    def member_loss(p, b, x, y, lab, s):
+    def member_loss(p, b, lab, s, *args):
         labels = types.SimpleNamespace(task_il=task_il, group=lab["group"], current=lab["current"])
         labels.mask = types.MethodType(TaskLabels.mask, labels)
         labels.mask_current = types.MethodType(TaskLabels.mask_current, labels)
         own = {**fixed, **{k: (_FModel(bases[k], *v) if k in bases else v) for k, v in s.items()}}
-        return _View(cls, _FModel(base, p, b), labels, hp, own).loss(x, y)
+        return getattr(_View(cls, _FModel(base, p, b), labels, hp, own), loss_name)(*args)
 
     # hand-batched layers (bmm) where every layer is known and the loss is SupervisedMethod's, else vmap
-    batched = _stacked_forward(models[0]) if not names else None
+    batched = _stacked_forward(models[0]) if not names and loss_name == "loss" else None
 
-    def group_losses(P, B, X, Y, G, S):
+    def group_losses(P, B, A, G, S):
         """Each member's loss on its own batch. The vmap path calls the method's own ``loss`` (via
         ``_View``); the hand-batched path writes SupervisedMethod.loss out for all members at once (the
         mean cross-entropy over the logits masked as TaskLabels.mask masks them: only methods that keep
         that loss are batched, ``why_solo``), float reassociation apart the same numbers."""
         if batched is not None:
+            X, Y = A
             logits = batched(P, X)                                   # (E, N, C)
             if task_il:
                 G = G["group"]
                 logits = logits.masked_fill(G.gather(1, Y)[:, :, None] != G[:, None, :], NEG)
             n, c = Y.shape[1], logits.shape[-1]
             return F.cross_entropy(logits.reshape(-1, c), Y.reshape(-1), reduction="none").view(-1, n).mean(1)
-        return vmap(member_loss, randomness="error")(P, B, X, Y, G, S)
+        return vmap(member_loss, randomness="error")(P, B, G, S, *A)
 
     E = len(members)
     iters = [iter(m.batches) for m in members]
@@ -424,25 +507,29 @@ def _train_task(members: list[_Member]) -> None:
         active = [e for e in range(E) if batch[e] is not None]
         if not active:
             break
+        # the loss's arguments: the batch, or what the member's own prepare draws for it (its replay batch)
+        args = {e: _in_member(members[e], parts[e][0], *batch[e]) if parts[e] else batch[e] for e in active}
         by_shape: dict[tuple, list[int]] = {}
         for e in active:
-            x, y = batch[e]
-            by_shape.setdefault((tuple(x.shape), tuple(y.shape)), []).append(e)
+            by_shape.setdefault(tuple(tuple(a.shape) for a in args[e]), []).append(e)
         full = len(by_shape) == 1 and len(active) == E
         moved, total = [], None
         for idx in by_shape.values():
-            X = torch.stack([batch[e][0] for e in idx])
-            Y = torch.stack([batch[e][1] for e in idx])
+            A = [torch.stack([args[e][i] for e in idx]) for i in range(len(args[idx[0]]))]
             if full:
-                losses = group_losses(params, buffers, X, Y, groups, state)
+                losses = group_losses(params, buffers, A, groups, state)
             else:
-                at = torch.tensor(idx, device=X.device)
+                at = torch.tensor(idx, device=A[0].device)
                 P = {k: p.index_select(0, at) for k, p in params.items()}
                 B = {k: b.index_select(0, at) for k, b in buffers.items()}
-                losses = group_losses(P, B, X, Y, _rows(groups, at), _rows(state, at))
+                losses = group_losses(P, B, A, _rows(groups, at), _rows(state, at))
                 with torch.no_grad():
                     for k, b in buffers.items():
                         b.index_copy_(0, at, B[k])
+            if after is not None:   # (loss, out): each member's own Python after its step (DER++ stores)
+                losses, out = losses
+                for i, e in enumerate(idx):
+                    _in_member(members[e], parts[e][2], *batch[e], out[i].detach())
             ok = []
             for i, (e, value) in enumerate(zip(idx, losses.detach().tolist())):
                 if not math.isfinite(value):   # the solo guard: raised before the step
