@@ -182,7 +182,7 @@ def main() -> None:
     if store is None:
         start = time.perf_counter()
         store = make_store(args.out / "results.sqlite", args.methods, args.scenarios, args.seeds, args.tasks)
-        print(f"demo store {store} ({args.methods * args.scenarios * args.seeds} runs, "
+        print(f"demo store {store} ({len(ResultsStore(store).records())} runs, "
               f"{time.perf_counter() - start:.1f}s)")
     page = args.out / "report.html"
     cli = [sys.executable, "-m", "clharness.cli", "report", str(store)]
