@@ -1,6 +1,7 @@
 """Seed ensembles (issue 32, clharness.engine.ensemble): members train as one batched model and
 write the records their solo runs write."""
 import copy
+import dataclasses
 import functools
 import warnings
 
@@ -196,6 +197,43 @@ def test_replay_members_draw_from_their_own_memories_and_diverge_alone(name, los
     assert "non-finite loss (nan) at or before training step 2" in str(members[2].error)
 
 
+def test_prepare_draws_in_the_members_own_global_streams():
+    """A declared step (``ensemble_steps``) whose prepare draws from the global torch stream: each member
+    draws from its own (the streams it paused with), as its solo fit would, not from a shared one."""
+    from clharness.engine.ensemble import _rng_state, _step
+    from clharness.toolkit.training import SupervisedMethod
+
+    class Noisy(SupervisedMethod):
+        ensemble_steps = {"noisy_loss": ("noisy_batch", "loss", None)}
+
+        def noisy_batch(self, x, y):
+            return x + torch.randn(x.shape), y
+
+        def noisy_loss(self, x, y):
+            return self.loss(*self.noisy_batch(x, y))
+
+    methods, data = _members("sgd"), _data()
+    methods = [Noisy(m.context, optimizer="sgd", lr=0.1) for m in methods]
+    for m in methods:
+        m.labels.add(_FakeExp())
+    data[1].append(data[0][0])   # equal lengths: member 1's draws are not all after member 0's
+    solo = [copy.deepcopy(m) for m in methods]
+    for e, (method, batches) in enumerate(zip(solo, data)):
+        torch.manual_seed(10 + e)
+        method.fit(batches, method.noisy_loss)
+    members = []
+    for e, (method, batches) in enumerate(zip(methods, data)):
+        m = _Member(None, None)
+        m.method, m.batches, m.step = method, iter(batches), _step(method, method.noisy_loss)
+        torch.manual_seed(10 + e)
+        m.rng = _rng_state()
+        members.append(m)
+    _train_task(members)
+    for method, want in zip(methods, solo):
+        for p, q in zip(method.model.parameters(), want.model.parameters()):
+            assert torch.allclose(p, q, atol=1e-6), (p - q).abs().max()
+
+
 class _BNNet(torch.nn.Module):
     """A layer the hand-batched forward does not know (BatchNorm): the vmap path."""
     out_dim = 5
@@ -240,16 +278,19 @@ def test_batchnorm_members_with_ragged_batches_match_their_solo_steps():
             assert torch.allclose(v.float(), want[k].float(), atol=1e-6), k
 
 
-@pytest.mark.parametrize("method,hp", [("ncm", {"train_backbone": "frozen"}), ("ncm", {"train_backbone": "first-task"}),
-                                       ("ewc", {"ewc_mode": "separate"}), ("ewc", {"ewc_fisher": "minibatch"}),
-                                       ("er", {"buffer": "reservoir"}), ("derpp", {"forward": "concat"}),
-                                       ("lwf", {"optimizer": "sgd", "lr": 0.05}),
-                                       ("lwf", {"optimizer": "sgd", "lr": 0.05, "lwf_loss": "avalanche-0.6"})])
-def test_members_equal_their_solo_runs_other_options(method, hp):
+@pytest.mark.parametrize("method,hp,scenario", [
+    ("ncm", {"train_backbone": "frozen"}, {}), ("ncm", {"train_backbone": "first-task"}, {}),
+    ("ewc", {"ewc_mode": "separate"}, {}), ("ewc", {"ewc_fisher": "minibatch"}, {}),
+    ("er", {"buffer": "reservoir"}, {"setting": "task-incremental"}), ("er", {}, {"augment": "cifar"}),
+    ("derpp", {"forward": "concat"}, {"setting": "task-incremental"}), ("derpp", {}, {"augment": "cifar"}),
+    ("lwf", {"optimizer": "sgd", "lr": 0.05}, {}),
+    ("lwf", {"optimizer": "sgd", "lr": 0.05, "lwf_loss": "avalanche-0.6"}, {"setting": "task-incremental"})])
+def test_members_equal_their_solo_runs_other_options(method, hp, scenario):
     """NCM trains its backbone on the first task only ("first-task") or never ("frozen"): a member
     pauses at that fit alone, and its class means are computed from the batched-trained weights.
     EWC's own loss reads its per-member Fishers and anchors (one per task in "separate" mode); so does
-    LwF (its old model, stacked, and the classes it distils), batched with SGD (SOLO_WHEN)."""
+    LwF (its old model, stacked, and the classes it distils), batched with SGD (SOLO_WHEN). ER and DER++
+    under augmentation draw each view with the member's own augmentation generator."""
     from clharness.engine.ensemble import run_ensemble
     from clharness.engine.runner import Case, resolve_hparams, run_case
     from clharness.engine.suites import load_suite
@@ -259,7 +300,8 @@ def test_members_equal_their_solo_runs_other_options(method, hp):
     install(harness.kinds)
     suite = load_suite(harness.suites["quickstart"], quick=True)
     cls = harness.methods[method]
-    cases = [Case(suite.name, suite.scenarios[0], method, s, resolve_hparams(cls, hp)) for s in range(3)]
+    spec = dataclasses.replace(suite.scenarios[0], **scenario)
+    cases = [Case(suite.name, spec, method, s, resolve_hparams(cls, hp)) for s in range(3)]
     solo = [run_case(c, harness, torch.device("cpu")) for c in cases]
     ens = run_ensemble(cases, harness, torch.device("cpu"))
     for a, b in zip(solo, ens):
