@@ -308,3 +308,16 @@ def test_headless_browser_screenshot_of_the_report(rendered):
                     "the page and its figures are checked without a browser above")
     png = _render_script().screenshot(rendered / "report.html", rendered / "report.png", 1400, 3000)
     assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_gtep_slope_figure_is_exported_as_svg(tmp_path):
+    import pandas as pd
+
+    from clharness.benchmarks.gtep.report_html import slope_svg
+    group = pd.DataFrame({"suite": "g", "scenario": "s", "method": ["er", "ewc"], "tune_acc": [0.8, 0.7],
+                          "eval_acc": [0.6, 0.65]})
+    with plots.export_figures(tmp_path):
+        html = slope_svg(group)
+    svg = (tmp_path / "g__s_GTEP-slope.svg").read_text()
+    assert svg in html
+    ElementTree.fromstring(svg)   # a standalone, well-formed SVG file

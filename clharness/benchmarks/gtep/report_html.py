@@ -60,7 +60,7 @@ def method_table(group) -> str:
 def slope_svg(group, width: int = 360, height: int = 260) -> str:
     """Each method a line from its tuning score (left) to its evaluation score (right); a crossing
     is a change of rank. Plain SVG text, a few hundred bytes a method; the scores ride on each
-    line as data attributes."""
+    line as data attributes. Also written to the report's figure folder (--clh-figures)."""
     from ...reporting import plots
     ok = group.dropna(subset=["tune_acc", "eval_acc"])
     if ok.empty:
@@ -100,6 +100,7 @@ def slope_svg(group, width: int = 360, height: int = 260) -> str:
                      f"<text x='{left - 6}' y='{left_y[k]:.1f}' text-anchor='end' fill='{c}'>{_e(r.method)} {r.tune_acc:.3f}</text>"
                      f"<text x='{right + 6}' y='{right_y[k]:.1f}' fill='{c}'>{r.eval_acc:.3f} {_e(r.method)}</text>")
     parts.append("</svg>")
+    plots.export_svg("".join(parts), f"{group.suite.iloc[0]}::{group.scenario.iloc[0]}: GTEP slope")
     return f"<figure>{''.join(parts)}<figcaption>Final accuracy of each method's H* in the tuning phase (left) " \
            f"and the evaluation phase (right); crossing lines are rank changes.</figcaption></figure>"
 
