@@ -62,7 +62,7 @@ def test_the_suite_follows_the_paper():
     for spec in suite.scenarios:
         o = spec.options
         assert (o["classes_per_task"], o["steps"]) == (20, 10)       # appendix B.3: N = 10 tasks of 20 classes
-        assert o["search_methods"] == SEARCHERS and o["use_cases"] == ["cc", "random"]
+        assert o["search_methods"] == SEARCHERS and o["use_cases"] == ["cc", "ic", "random"]
         assert [e["options"]["folder"] for e in o["pool"]] == list(POOL_DATASETS)
         assert all(e["dataset"] == "cldyb-pool" and e["name"] == e["options"]["folder"]
                    and e["options"]["min_images"] == MIN_IMAGES for e in o["pool"])
