@@ -207,6 +207,7 @@ def command_problems(commands) -> list[str]:
             if unknown or not clh and not any(w.endswith(".toml") for w in words):
                 found.append(f"`{command}`: unknown pytest option(s) {unknown}" if unknown else
                              f"`{command}`: names no suite")
+            found += [f"`{command}`: {problem}" for problem in _preset_problems(words)]
             continue
         real = argparse.ArgumentParser.parse_args
 
@@ -226,14 +227,32 @@ def command_problems(commands) -> list[str]:
     return found
 
 
+def _preset_problems(words) -> list[str]:
+    """Each --clh-preset FAMILY:NAME must name a preset its family ships."""
+    from clharness.benchmarks.gtep.paper_configs import load
+    from clharness.benchmarks.stf.kind import PRESETS as STF_PRESETS
+    shipped = {"gtep": set(load()), "stf": set(STF_PRESETS)}
+    names = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--clh-preset"]
+    names += [w.split("=", 1)[1] for w in words if w.startswith("--clh-preset=")]
+    problems = []
+    for name in names:
+        family, _, preset = name.partition(":")
+        if preset not in shipped.get(family, ()):
+            problems.append(f"--clh-preset {name}: no such preset (shipped: "
+                            f"{', '.join(f'{f}:{p}' for f in sorted(shipped) for p in sorted(shipped[f]))})")
+    return problems
+
+
 def test_every_command_in_the_register_parses(capsys):
     assert command_problems(dict.fromkeys(COMMAND.findall(PAGE.read_text()))) == []
 
 
 def test_command_check_catches_bad_options(capsys):
     found = command_problems(["pytest --clh-suite m2i --clh-methd er", "clharness report STORE --no-such-flag",
-                              "clharness run --suite stf-digits", "pytest --clh-suite m2i --clh-method pnn"])
-    assert len(found) == 2 and "--clh-methd" in found[0] and "report" in found[1]
+                              "clharness run --suite stf-digits", "pytest --clh-suite m2i --clh-method pnn",
+                              "pytest --clh-suite gtep-vit --clh-preset gtep:cub100-20tasks"])
+    assert len(found) == 3 and "--clh-methd" in found[0] and "report" in found[1]
+    assert "--clh-preset gtep:cub100-20tasks: no such preset" in found[2]
 
 
 def test_register_items_exist_in_the_papers():
