@@ -5,6 +5,7 @@ solo run does; the records are checked equal), median of interleaved repeats.
     python bench/ensemble.py                          # mlp and cnn, 1 and 2 threads, 5 seeds, 3 repeats
     python bench/ensemble.py --backbones mlp --threads 1 --repeats 5 --method joint
     python bench/ensemble.py --backbones mlp --hidden 32     # a narrow MLP: per-step overhead dominates
+    python bench/ensemble.py --gtep --repeats 3       # the gtep-digits tuning phase, end to end (below)
 
 Workloads: the quickstart suite (sklearn digits 8x8, 5 tasks x 2 classes, 5 epochs, batch 32, class-IL)
 with its MLP, and the same scenario with the small conv net of the STF paper (``cnn``: two conv blocks
@@ -63,6 +64,93 @@ def ensemble(harness, batch):
     return time.perf_counter() - t, time.process_time() - c0, sum(r.train_seconds for r in records), records
 
 
+# ------------------------------------------------------------------ the GTEP tuning phase, end to end
+GTEP_VARIANTS = {
+    "as shipped": {},                              # table 4's sets: every configuration has an LR schedule
+    "constant lr": {"scheduler": '"constant"'},   # the same suite with the schedule held fixed: batchable
+}
+
+
+def gtep_suite(folder, variant: str):
+    """suites/gtep-digits.toml, with ``variant``'s parameters added to its ``fixed`` table."""
+    from pathlib import Path
+
+    import clharness
+    text = (Path(clharness.__file__).parent.parent / "suites" / "gtep-digits.toml").read_text()
+    extra = "".join(f", {k} = {v}" for k, v in GTEP_VARIANTS[variant].items())
+    old = "fixed = { momentum = 0.9 }"
+    assert old in text, "suites/gtep-digits.toml changed: update bench/ensemble.py"
+    path = Path(folder) / f"gtep-digits-{len(extra)}.toml"
+    path.write_text(text.replace(old, "fixed = { momentum = 0.9" + extra + " }"))
+    return path
+
+
+def gtep_phase(path, ensemble: bool, store, quick: bool = False):
+    """Every tuning unit of the suite at ``path`` (all methods, configurations and trials; units of the
+    two scenarios that share one tuning phase are trained once), run as a pytest session runs them
+    (Session.execute, in order, through a fresh results store); --clh-ensemble or not. Returns wall
+    and CPU seconds of the units (not the suite's expansion) and key -> record."""
+    from clharness.engine import outcomes
+    from clharness.engine.plan import expand
+    from clharness.engine.session import Options, Session
+    session = Session(Options(results=store, device="cpu", ensemble=ensemble, quick=quick), warn=lambda _: None)
+    try:
+        units = [u for u in expand(session, path) if "-tune-c" in u.name]
+        session.schedule(units)
+        t, c0 = time.perf_counter(), time.process_time()
+        for unit in units:
+            try:
+                session.execute(unit)
+            except outcomes.Outcome:   # a diverged trial is a record too (NaN in selection)
+                pass
+        wall, cpu = time.perf_counter() - t, time.process_time() - c0
+        from clharness.results import RunRecord
+        records = {}
+        for unit in units:
+            for name, value in unit.properties:
+                if name == outcomes.RECORD:
+                    record = RunRecord.from_json(value)
+                    records[record.key] = record
+        return wall, cpu, records
+    finally:
+        session.close()
+
+
+def gtep_main(repeats: int) -> None:
+    import os
+    import tempfile
+    print(f"gtep-digits tuning phase (6 methods x R = 6 configurations x S = 2 trials, the two scenarios share it), "
+          f"CPU, 1 thread, median of {repeats} interleaved repeats (wall seconds); load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{'suite':12} {'runs':>4} {'batched':>7} {'solo':>8} {'ensemble':>9} {'ratio':>6}   "
+          f"{'cpu solo':>8} {'cpu ens':>7} {'ratio':>6}  equal (1e-4)")
+    with tempfile.TemporaryDirectory() as folder:
+        n = 0
+        for variant in GTEP_VARIANTS:
+            path = gtep_suite(folder, variant)
+            for ens in (False, True):   # warm up: imports, data, kernels
+                n += 1
+                gtep_phase(path, ens, f"{folder}/{n}.sqlite", quick=True)
+            s_wall, e_wall, s_cpu, e_cpu, equal = [], [], [], [], set()
+            for _ in range(repeats):
+                n += 1
+                w, c, a = gtep_phase(path, False, f"{folder}/{n}.sqlite")
+                s_wall.append(w), s_cpu.append(c)
+                n += 1
+                w, c, b = gtep_phase(path, True, f"{folder}/{n}.sqlite")
+                e_wall.append(w), e_cpu.append(c)
+                assert a.keys() == b.keys()
+                equal.add(sum(a[k].status == b[k].status and np.allclose(
+                    np.array(a[k].acc_matrix, dtype=float), np.array(b[k].acc_matrix, dtype=float),
+                    atol=1e-4, rtol=0, equal_nan=True) for k in a))
+            batched = sum("executor" in r.extra for r in b.values())
+            sw, ew = statistics.median(s_wall), statistics.median(e_wall)
+            sc, ec = statistics.median(s_cpu), statistics.median(e_cpu)
+            print(f"{variant:12} {len(b):>4} {batched:>7} {sw:8.2f} {ew:9.2f} {sw / ew:6.2f}   {sc:8.2f} {ec:7.2f} "
+                  f"{sc / ec:6.2f}  {'/'.join(map(str, sorted(equal)))}/{len(b)}")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--method", default="finetune")
@@ -72,7 +160,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=None, help="override the suite's epochs (default 5)")
     ap.add_argument("--hidden", type=int, default=None, help="the MLP's width (default 256)")
+    ap.add_argument("--gtep", action="store_true", help="the gtep-digits tuning phase end to end, solo vs --clh-ensemble")
     args = ap.parse_args()
+    if args.gtep:
+        gtep_main(args.repeats)
+        return
     from clharness.engine.runner import set_cpu_threads
     print(f"{args.method}, E = {args.seeds} seeds, median of {args.repeats} interleaved repeats (wall seconds)")
     print(f"{'backbone':8} {'threads':>7} {'solo':>8} {'ensemble':>9} {'ratio':>6}   "

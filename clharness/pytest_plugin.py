@@ -85,6 +85,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     _pin_xdist_worker(config)
+    _schedule_ensembles(config)
     clh = ClhSession(config)
     config.stash[session_key] = clh
     config.pluginmanager.register(clh, "clharness-session")
@@ -126,6 +127,43 @@ def _start_ray(config: pytest.Config, clh: "ClhSession") -> None:
         raise pytest.UsageError(f"--clh-ray needs Ray ({exc}); install it with: pip install 'clharness[ray]'") from None
     clh.engine.remote = RayExecutor(clh.engine, config.getoption("clh_ray"), [],
                                     config.getoption("clh_cpus_per_run"), config.getoption("clh_gpus_per_run"))
+
+
+# pytest-xdist modes that send every item of one ensemble to one worker: loadgroup by its xdist_group marks
+# (ClhSession.pytest_collection_modifyitems), loadfile and loadscope a whole suite file, each every item
+GROUPING_DIST = ("loadgroup", "loadfile", "loadscope", "each")
+
+
+def _schedule_ensembles(config: pytest.Config) -> None:
+    """--clh-ensemble under pytest-xdist: an ensemble is one unit of work. Its items get one
+    ``xdist_group`` mark and ``--dist loadgroup`` sends them to one worker, which trains them together;
+    plain ``-n N`` (``--dist load``, which would split them) becomes loadgroup here. The worker is told
+    the controller's mode (``pytest_configure_node``): xdist sets its own from the command line only."""
+    if not config.getoption("clh_ensemble"):
+        return
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        if workerinput.get("clh_dist") == "loadgroup":
+            config.option.loadgroup = True   # the worker suffixes its node ids with the group (xdist.remote)
+        return
+    dist = config.getoption("dist", "no")
+    if dist == "load":   # -n's default: loadgroup is load for the items without a group
+        config.option.dist = "loadgroup"
+    elif dist not in ("no", *GROUPING_DIST):
+        raise pytest.UsageError(f"--clh-ensemble with --dist {dist}: an ensemble's items must run on one worker; "
+                                "use --dist loadgroup (the default with -n)")
+
+
+def _group_nodeid(item: pytest.Item, group: str) -> None:
+    """The node id ``<id>@<group>`` that xdist's loadgroup scheduler groups by. xdist's worker makes it
+    (xdist.remote) by setting ``item._nodeid``, which pytest >= 9.2 no longer reads (its node id is the
+    structured ``item._id``), so the group was silently split over the workers: there, it is set here."""
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:   # pytest < 9.2: xdist's own suffix takes
+        return
+    if isinstance(getattr(item, "_id", None), NodeId) and "@" not in item.nodeid.rpartition("]")[2]:
+        item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 def _pin_xdist_worker(config: pytest.Config) -> None:
@@ -171,6 +209,7 @@ def session_options(config: pytest.Config) -> Options:
                    presets=tuple(config.getoption("clh_preset")), plugins=tuple(config.getoption("clh_plugin")),
                    cpus_per_run=config.getoption("clh_cpus_per_run"),
                    xdist_worker=hasattr(config, "workerinput"),
+                   xdist_grouped=getattr(config, "workerinput", {}).get("clh_dist") in GROUPING_DIST,
                    gate_timeout=config.getoption("clh_gate_timeout"), compare=config.getoption("clh_compare"),
                    max_drops=drops, ensemble=config.getoption("clh_ensemble"))
 
@@ -206,6 +245,7 @@ class ClhSession:
     def pytest_configure_node(self, node) -> None:
         """pytest-xdist: workers share the controller's session id (gates wait for its records)."""
         node.workerinput["clh_session"] = self.session_id
+        node.workerinput["clh_dist"] = self.config.getoption("dist", "no")   # --clh-ensemble: grouped or not
 
     def pytest_collection_finish(self, session) -> None:
         self._position = {item.nodeid: i for i, item in enumerate(session.items)}
@@ -311,6 +351,14 @@ class ClhSession:
             session.ihook.pytest_collectreport(report=report)
             if report.passed:
                 items.extend(report.result)
+        if config.getoption("clh_ensemble") and config.getoption("loadgroup", False):
+            # an xdist worker under --dist loadgroup: an ensemble's items go to one worker (_schedule_ensembles)
+            from .engine.ensemble import xdist_groups
+            names = xdist_groups(self.engine, [item.unit for item in items if isinstance(item, UnitItem)])
+            for item in items:
+                if isinstance(item, UnitItem) and item.unit in names:
+                    item.add_marker(pytest.mark.xdist_group(names[item.unit]))
+                    _group_nodeid(item, names[item.unit])
 
     # --- outcomes ---
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

@@ -54,8 +54,14 @@ ER's and DER++'s draws stay per member (Python, and a swap of random streams, ~0
 CPU): on the quickstart's CPU their ensembles ran at about solo speed or slower (DER++: vmap's three
 forward passes); the batched part is the forward and backward.
 
-Not done: under pytest-xdist the cases run solo (said once); under Ray (``--clh-ray``) the remote
-executor runs each case as its own task, so the option does not apply there.
+Scheduling: under pytest-xdist an ensemble is one unit of work: its items carry one ``xdist_group``
+(``xdist_groups``) and the plugin turns ``-n N`` into ``--dist loadgroup``, so the worker that gets the
+group trains the ensemble (``--dist worksteal``, which would split it, is refused). Under Ray
+(``--clh-ray``) an ensemble is one task with the resources of one run (``ray_backend.run_remote_ensemble``)
+whose records are stored under each member's key; cases that cannot be batched go as one task each. A
+member already in the results store is not retrained: the ensemble shrinks to the others, and a member
+left alone runs solo. GTEP's tuning runs (a configuration's S trials; their run says ``trains_case``)
+are members too; its evaluation runs, whose case exists only once H* is selected, run solo.
 
 Declared differences from a solo run: ``train_seconds`` is the member's share of the ensemble's
 training time (the whole ensemble's in ``extra["ensemble_train_seconds"]``); the non-finite-loss
@@ -177,32 +183,85 @@ def why_solo(case, method_cls, harness=None, device: torch.device | None = None)
 
 
 # ------------------------------------------------------------------------------------- the session side
-def member_record(session, unit, case, method_cls, key: str):
-    """The record of ``case`` trained as a member of a seed ensemble, or None (run it solo).
-    Called by ``Session._run_here`` under ``--clh-ensemble``: the first unit of an ensemble trains
-    every member not yet stored; its siblings' records wait here until their own units run."""
-    stash = session.__dict__.setdefault("_ensembled", {})
-    if key in stash:
-        return stash.pop(key)
-    if session.options.xdist_worker:   # this session is one pytest-xdist worker among several
-        _say(session, ("xdist",), "--clh-ensemble under pytest-xdist: cases run solo (an ensemble is not yet "
-                                  "scheduled as one xdist task)")
-        return None
-    from .runner import case_key
+def _trains_own_case(unit) -> bool:
+    """A unit whose run trains ``unit.case`` through ``session.run_stored`` with its own amend:
+    ``run_case_unit``, or a family's run that says so (``run.trains_case = True``: GTEP's tuning runs)."""
     from .units import run_case_unit
-    if unit not in session.units or unit.amend is not None:
-        return None
-    stored = (lambda k: False) if session.options.fresh else (lambda k: session.store.reusable(k) is not None)
-    group = [u for u in session.units
-             if u is unit or (u.case is not None and u.run is run_case_unit and u.amend is None
-                              and u.case.seed != case.seed and _same_but_seed(u.case, case)
-                              and u.key not in stash and not stored(u.key))]
-    if len(group) < 2:
-        return None
-    reason = why_solo(case, method_cls, session.harness, session.device)
+    return (unit.case is not None and bool(unit.key) and unit.after is None
+            and (unit.run is run_case_unit or getattr(unit.run, "trains_case", False) is True))
+
+
+def _ensemble_id(case) -> str:
+    """What the members of one ensemble share: the case but for its seed (suite, scenario, method, hparams)."""
+    from ..results import run_key
+    from .suites import spec_definition
+    return run_key({"type": type(case).__qualname__, "suite": case.suite, "scenario": spec_definition(case.scenario),
+                    "method": case.method, "hparams": case.hparams})
+
+
+def ensembles(units) -> list[list]:
+    """``units`` (in order) as would-be seed ensembles: the units that train their own case, grouped by
+    the case but for its seed, one unit per record key (units that share a key, GTEP tuning runs of two
+    scenarios: the first trains it, ``Session.owner``). Groups of one included; stored keys not removed."""
+    owners: dict[str, object] = {}
+    for u in units:
+        if u.key:
+            owners.setdefault(u.key, u)
+    groups: dict[str, list] = {}
+    for u in units:
+        if _trains_own_case(u) and owners[u.key] is u:
+            groups.setdefault(_ensemble_id(u.case), []).append(u)
+    return list(groups.values())
+
+
+def batchable(session, group: list) -> bool:
+    """Whether ``group`` (one ensemble's units) can train batched; when not, the session says why (once)."""
+    case = group[0].case
+    reason = why_solo(case, session.harness.methods[case.method], session.harness, session.device)
     if reason:
         _say(session, (case.suite, case.scenario.name, case.method),
              f"--clh-ensemble: {case.suite}::{case.scenario.name}[{case.method}] runs solo: {reason}")
+    return reason is None
+
+
+def xdist_groups(session, units) -> dict:
+    """unit -> the name of its ``xdist_group`` (pytest-xdist ``--dist loadgroup`` sends a group's items
+    to one worker, which then trains the ensemble), for the ensembles of two or more batchable members.
+    Every worker collects the same units in the same order, so every worker names the same groups."""
+    out = {}
+    for group in ensembles(units):
+        case = group[0].case
+        if len(group) >= 2 and why_solo(case, session.harness.methods[case.method], session.harness,
+                                        session.device) is None:
+            name = f"clh-ensemble-{_ensemble_id(case)}"
+            out.update((u, name) for u in group)
+    return out
+
+
+def member_record(session, unit, case, method_cls, key: str):
+    """The record of ``case`` trained as a member of a seed ensemble, or None (run it solo).
+    Called by ``Session._run_here`` under ``--clh-ensemble``: the first unit of an ensemble trains
+    every member not yet stored (a member already stored is reused: the ensemble shrinks; below two
+    members, solo); its siblings' records wait here until their own units run (each through its own
+    ``run_stored``: amended and stored as its solo record would be)."""
+    stash = session.__dict__.setdefault("_ensembled", {})
+    if key in stash:
+        return stash.pop(key)
+    if session.options.xdist_worker and not session.options.xdist_grouped:
+        # this worker may hold only some of the ensemble's units: training the others here would train
+        # them twice (pytest_plugin sets --dist loadgroup itself; another --dist that splits them lands here)
+        _say(session, ("xdist",), "--clh-ensemble under pytest-xdist: cases run solo, the --dist mode does not "
+                                  "keep an ensemble's items on one worker; use --dist loadgroup")
+        return None
+    if unit not in session.units or case is not unit.case:
+        return None
+    cached = session.__dict__.get("_ensembles")
+    if cached is None or cached[0] is not session.units:   # once per schedule
+        cached = session.__dict__["_ensembles"] = (session.units, ensembles(session.units))
+    group = next((g for g in cached[1] if unit in g), [unit])
+    stored = (lambda k: False) if session.options.fresh else (lambda k: session.store.reusable(k) is not None)
+    group = [u for u in group if u is unit or (u.key not in stash and not stored(u.key))]
+    if len(group) < 2 or not batchable(session, group):
         return None
     root = session.options.data_root
     from pathlib import Path
@@ -211,12 +270,8 @@ def member_record(session, unit, case, method_cls, key: str):
                            Path(root) if root else None, session.options.download, on_task=progress)
     for u, record in zip(group, records):
         if u is not unit:
-            stash[case_key(u.case, method_cls)] = record
+            stash[u.key] = record
     return records[group.index(unit)]
-
-
-def _same_but_seed(a, b) -> bool:
-    return (a.suite, a.scenario, a.method, a.hparams) == (b.suite, b.scenario, b.method, b.hparams)
 
 
 def _say(session, what, message: str) -> None:

@@ -145,18 +145,42 @@ def run_remote(case, modules: tuple[str, ...], device: str, data_root: str | Non
                splits: dict | None = None, threads: int = 1) -> str:
     """One case on a worker; returns its record as JSON (the driver stores it). ``splits``: the
     session's (identity, train) -> ObjectRef of the case's in-memory dataset splits."""
-    from .runner import pick_device, run_case, set_cpu_threads
+    from .runner import pick_device, run_case
+    harness = _worker_setup(case.id, modules, data_root, aliases, sources, splits, threads)
+    record = run_case(case, harness, pick_device(device), Path(data_root) if data_root else None, download)
+    return _node_said(record).to_json()
+
+
+def run_remote_ensemble(cases: list, modules: tuple[str, ...], device: str, data_root: str | None, download: bool,
+                        aliases: tuple[tuple[str, str], ...] = (), sources: dict | None = None,
+                        splits: dict | None = None, threads: int = 1) -> list[str]:
+    """``--clh-ensemble``: the members of one seed ensemble (the same case but for the seed) trained
+    together in one task (engine.ensemble.run_ensemble); their records as JSON, in order."""
+    from .ensemble import run_ensemble
+    from .runner import pick_device
+    harness = _worker_setup(cases[0].id, modules, data_root, aliases, sources, splits, threads)
+    records = run_ensemble(list(cases), harness, pick_device(device), Path(data_root) if data_root else None, download)
+    return [_node_said(record).to_json() for record in records]
+
+
+def _worker_setup(case_id: str, modules, data_root, aliases, sources, splits, threads: int):
+    """The worker's side of a task: the driver's thread rule, the data root checked, the plugins and the
+    in-memory splits loaded; returns the harness."""
+    from .runner import set_cpu_threads
     set_cpu_threads(threads)   # the driver's rule, so the record (and its key) is the serial one
     if data_root and not Path(data_root).is_dir():
-        raise RayBackendError(f"--clh-data-root {data_root} does not exist on Ray node {_node()} (case {case.id}); "
+        raise RayBackendError(f"--clh-data-root {data_root} does not exist on Ray node {_node()} (case {case_id}); "
                               "the data root must exist, at the same path, on every node")
-    harness = worker_harness(modules, case.id, aliases, sources)
+    harness = worker_harness(modules, case_id, aliases, sources)
     receive_splits(splits or {})   # after the plugins: a plugin's dataset classes must resolve
-    record = run_case(case, harness, pick_device(device), Path(data_root) if data_root else None, download)
+    return harness
+
+
+def _node_said(record: RunRecord) -> RunRecord:
     if record.status == "error" and record.message.startswith("DatasetMissing"):   # which node lacks it
         record.message += (f" (on Ray node {_node()}: the data root must hold the dataset, at the same path, "
                            "on every node)")
-    return record.to_json()
+    return record
 
 
 def receive_splits(splits: dict) -> None:
@@ -181,6 +205,7 @@ def call_method(blob: bytes, method: str, args: tuple, modules: tuple[str, ...],
 
 
 _remote_case = ray.remote(run_remote)
+_remote_ensemble = ray.remote(run_remote_ensemble)
 _remote_call = ray.remote(run_function)
 
 
@@ -217,6 +242,11 @@ class Pending:
     ref: Any
     case: Any
     amend: Callable | None
+    member: int | None = None   # its place in an ensemble task's list of records (None: a task of its own)
+
+    def record(self) -> RunRecord:
+        out = ray.get(self.ref)
+        return RunRecord.from_json(out if self.member is None else out[self.member])
 
 
 class RayRunner:
@@ -284,6 +314,21 @@ class RayRunner:
         self.pending[key] = Pending(ref, case, amend)
         self.submitted += 1
 
+    def submit_ensemble(self, units, scenario: str | None = None) -> None:
+        """``units`` (one seed ensemble, none submitted yet) as one task with the resources of one run
+        (``resources``): every member's record comes back from it, each kept under its own key."""
+        cases = [u.case for u in units]
+        splits = {}
+        for case in cases:   # one scenario, one dataset: the same splits, unless a member's seed picks others
+            splits.update(self.case_splits(case))
+        ref = _remote_ensemble.options(max_retries=MAX_RETRIES, retry_exceptions=False,
+                                       **self.resources(cases[0], scenario)).remote(
+            cases, tuple(self.shipment.modules), self.device, self.data_root, self.download,
+            tuple(self.shipment.aliases.items()), self.sources, splits, cpu_threads())
+        for i, unit in enumerate(units):
+            self.pending[unit.key] = Pending(ref, unit.case, unit.amend, i)
+        self.submitted += 1
+
     def map_method(self, obj, method: str, calls: list[tuple]) -> list:
         """``obj.<method>(*args)`` for every ``args`` in ``calls``, each as its own task with the case
         resources; ``obj`` goes to the object store once. Results in the order of ``calls``."""
@@ -303,7 +348,7 @@ class RayRunner:
         """The case's record: waits for its task (submitting it first when it was not pre-submitted)."""
         self.submit(key, case)
         try:
-            out = ray.get(self.pending[key].ref)
+            record = self.pending[key].record()
         except ray.exceptions.RayTaskError as exc:
             del self.pending[key]
             if isinstance(getattr(exc, "cause", None), RayBackendError):
@@ -311,20 +356,20 @@ class RayRunner:
             raise
         # only now: a Ctrl-C while waiting leaves the task pending, for the session's end to cancel
         del self.pending[key]
-        return RunRecord.from_json(out)
+        return record
 
     def finished(self) -> list[tuple[str, RunRecord, Callable | None]]:
         """Records whose tasks already returned but whose items never asked (-x, Ctrl-C)."""
         if not self.pending:
             return []
-        refs = [p.ref for p in self.pending.values()]
+        refs = list({p.ref: None for p in self.pending.values()})   # an ensemble's members share one task
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         ready = set(ready)
         out = []
         for key, p in list(self.pending.items()):
             if p.ref in ready:
                 try:
-                    out.append((key, RunRecord.from_json(ray.get(p.ref)), p.amend))
+                    out.append((key, p.record(), p.amend))
                 except Exception:   # a task that ended in an error has no record to keep
                     continue
                 finally:
@@ -335,7 +380,7 @@ class RayRunner:
         """Cancel every outstanding task and wait (up to ``settle_s``) until each has settled, so no
         case of this session is still training, or about to start, once the session has ended."""
         import time
-        left = [p.ref for p in self.pending.values()]
+        left = list({p.ref: None for p in self.pending.values()})   # an ensemble's members share one task
         self.pending.clear()
         deadline = time.monotonic() + settle_s
         while left and time.monotonic() < deadline:
@@ -379,13 +424,24 @@ class RayExecutor:
 
     def prepare(self, units) -> None:
         """Submit every unit that runs one known case and waits for nothing, in order (Ray starts
-        them roughly in the order the units ask), unless its record is stored."""
+        them roughly in the order the units ask), unless its record is stored. ``--clh-ensemble``: the
+        members of one seed ensemble not stored go as one task, at the place of the first."""
         units = [u for u in units if u.case is not None and u.key and u.after is None]
         if not units:
             return
         runner = self.start()
+        units = [u for u in units if self.session.options.fresh or self.session.store.reusable(u.key) is None]
+        together = {}   # unit -> its ensemble (two or more members, batchable)
+        if self.session.options.ensemble:
+            from .ensemble import batchable, ensembles
+            for group in ensembles(units):
+                if len(group) >= 2 and batchable(self.session, group):
+                    together.update((u, group) for u in group)
         for unit in units:
-            if self.session.options.fresh or self.session.store.reusable(unit.key) is None:
+            if unit in together:
+                if unit.key not in runner.pending:
+                    runner.submit_ensemble(together[unit], unit.name.split("[")[0])
+            else:
                 runner.submit(unit.key, unit.case, unit.amend, unit.name.split("[")[0])
 
     def result(self, key: str, case) -> RunRecord:

@@ -42,6 +42,7 @@ class Options:
     plugins: tuple[str, ...] = ()            # --clh-plugin MODULE
     cpus_per_run: float | None = None        # torch threads per run (and a Ray task's CPUs); None: 1
     xdist_worker: bool = False               # this session is one pytest-xdist worker (its units are shared out)
+    xdist_grouped: bool = False              # ... whose --dist keeps an ensemble's units on one worker (loadgroup)
     gate_timeout: float = 3600.0
     compare: str | None = None               # a saved scorecard JSON to gate against
     max_drops: dict[str, float] = field(default_factory=dict)

@@ -553,6 +553,9 @@ def _run_expecting_divergence(session, unit) -> None:
     session.run_stored(unit, unit.case, unit.amend, divergence_expected=True)
 
 
+_run_expecting_divergence.trains_case = True   # it trains unit.case: --clh-ensemble may batch its trials
+
+
 def _run_tune(session, unit) -> None:
     """A tuning run. Scenarios that share a D^HT yield the same tuning cases (so each one's units
     can be selected alone, by -k or --lf); of the scheduled units with one key only the first in
@@ -571,6 +574,11 @@ def _run_tune(session, unit) -> None:
     unit.properties.append((SHARED_WITH, owner.title))
     if records[0].status != "passed":
         raise ExpectedFailure(f"shared tuning run {owner.title}: {records[0].status} (counted in selection as NaN)")
+
+
+# it trains unit.case (its owner does, engine.ensemble.ensembles knows owners): --clh-ensemble batches a
+# configuration's trials (the same case but for the seed) as one ensemble
+_run_tune.trains_case = True
 
 
 def phase_amend(case):
