@@ -3,6 +3,7 @@ fixed subsamples every N iterations; the metrics are pinned on a hand-made curve
 two-task split shows the stability gap (task 1's accuracy falls within the first iterations of task 2);
 scoring never changes the training (same accuracy matrix with and without it, for a method that sets
 train mode once per task and uses dropout)."""
+import dataclasses
 import math
 
 import numpy as np
@@ -122,3 +123,15 @@ def test_the_report_draws_the_curve_with_the_task_boundaries(tmp_path):
     page = build_html([r], workers=1)
     assert "continual evaluation" in page and page.count("<img") >= 4   # curve, radar, heatmap and the curve
     assert "stability gap" in page
+
+
+def test_the_scorecard_shows_the_continual_metrics_by_default_where_runs_have_them(tmp_path):
+    from clharness.reporting import scorecard
+    r = _run(tmp_path, "finetune", "eval_every = 4\neval_samples = 30")
+    out = tmp_path / "card.md"
+    scorecard.write(out, [r])
+    header = out.read_text().splitlines()[0]
+    for heading in ("min-ACC", "WC-ACC", "stability gap", "gap recovery", "A_AUC"):
+        assert heading in header
+    plain = dataclasses.replace(r, metrics={k: v for k, v in r.metrics.items() if k not in scorecard.CONTINUAL})
+    assert not set(scorecard.CONTINUAL) & set(scorecard.default_columns([plain]))

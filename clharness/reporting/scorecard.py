@@ -18,7 +18,11 @@ COLUMNS = ("final_acc", "avg_inc_acc", "forgetting", "bwt", "train_seconds", "me
 HEADERS = {"final_acc": "final acc", "avg_inc_acc": "avg inc acc", "forgetting": "forgetting", "bwt": "BWT",
            "fwt": "FWT", "acc": "ACC", "info_retention": "info retention", "afm": "AFM", "ala": "ALA", "ar": "AR", "aa": "AA", "hmean": "H(acc, avg)",
            "train_seconds": "train s", "eval_seconds": "eval s", "memory_mb": "memory MB",
-           "peak_cuda_mb": "peak CUDA MB", "parameters": "params"}
+           "peak_cuda_mb": "peak CUDA MB", "parameters": "params",
+           "min_acc": "min-ACC", "wc_acc": "WC-ACC", "stability_gap": "stability gap", "gap_recovery": "gap recovery",
+           "a_auc": "A_AUC"}
+# continual evaluation's metrics (eval_every; metrics.continual_metrics): shown by default where a run has them
+CONTINUAL = ("min_acc", "wc_acc", "stability_gap", "gap_recovery", "a_auc")
 KEYS = ["suite", "scenario", "method"]
 # What every "mean ± x" cell means, with its n (printed under each table: a reader of a paper's table
 # must not have to guess the test, the level or the sample size).
@@ -34,12 +38,15 @@ def default_columns(records: Iterable[RunRecord]) -> list[str]:
     """COLUMNS, plus the metrics a scenario kind adds of its own, in a fixed order: accuracy-like
     ones (STF's info_retention, ...) after the four accuracy columns, timings (``*_seconds``)
     after ``train_seconds``, each group sorted by name. A table then drops the ones its own
-    records do not carry (:func:`carried`)."""
+    records do not carry (:func:`carried`). Continual evaluation's metrics (CONTINUAL) follow the
+    accuracy columns when any record has them."""
     from ..metrics import METRIC_INFO
+    records = list(records)
     extra = sorted({k for r in records for k in r.metrics} - set(METRIC_INFO) - set(COLUMNS))
     timings = [k for k in extra if k.endswith("_seconds")]
     scores = [k for k in extra if k not in timings]
-    return [*COLUMNS[:4], *scores, COLUMNS[4], *timings, *COLUMNS[5:]]
+    continual = [k for k in CONTINUAL if any(k in r.metrics for r in records)]
+    return [*COLUMNS[:4], *continual, *scores, COLUMNS[4], *timings, *COLUMNS[5:]]
 
 
 def heading(column: str) -> str:
