@@ -78,3 +78,17 @@ def test_a_class_il_run_stores_its_task_il_view_and_it_is_never_lower(tmp_path):
         assert r.top5_matrix == []   # 10 classes: no top-5
     finetune = next(r for r in records if r.method == "finetune")
     assert finetune.metrics["recency_bias"] > 0.9 and finetune.metrics["final_old_acc"] < 0.05
+
+
+def test_top5_is_stored_from_100_classes_on_and_never_below_top1(tmp_path):
+    import clharness as clh
+    suite = tmp_path / "hundred.toml"
+    suite.write_text('[suite]\nname = "hundred"\nmethods = ["finetune"]\n[[scenario]]\nname = "ci"\n'
+                     'dataset = "synthetic"\ndataset_options = { num_classes = 100, train_per_class = 4, '
+                     'test_per_class = 2, image_size = 4, channels = 1 }\ntasks = 2\nepochs = 1\n'
+                     'backbone = "mlp"\nbackbone_options = { hidden = 16, layers = 1 }\n')
+    (r,) = clh.run(str(suite), seeds=1, results=tmp_path / "r.sqlite", device="cpu")
+    R, top5 = np.array(r.acc_matrix), np.array(r.top5_matrix)
+    assert top5.shape == R.shape == (2, 2)
+    assert (top5 >= R - 1e-12).all() and r.metrics["final_top5"] >= r.metrics["final_acc"]
+    assert (top5 > R).any()   # 100 classes, near chance: the top five catch more than the top one
