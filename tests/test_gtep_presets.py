@@ -123,3 +123,35 @@ def test_preset_runs_the_papers_hstar_beside_the_tuned_one(pytester):
     bad = pytester.runpytest("-p", "no:cacheprovider", "--clh-results", str(store), "g.toml",
                              "--clh-preset", "gtep:nope")
     assert "--clh-preset gtep:nope: no such GTEP preset" in bad.stdout.str()
+
+
+def test_a_dht_preset_configures_only_the_scenarios_of_its_dht_and_task_count():
+    from clharness.benchmarks.gtep.protocol import preset_applies
+    from clharness.engine.suites import load_suite
+    root = Path(__file__).parent.parent / "suites"
+    vit200 = load_suite(root / "gtep-vit-200.toml")
+    assert [s.name for s in vit200.scenarios if preset_applies("cub200-10tasks", s)] == ["cub-imr-10", "cub-ima-10"]
+    assert [s.name for s in vit200.scenarios if preset_applies("imagenet-r-20tasks", s)] == ["imr-ima-20", "imr-cub-20"]
+    assert all(preset_applies("pilot-original", s) for s in vit200.scenarios)
+    # every D^HT preset of appendix A configures some shipped scenario (its name reads as one)
+    specs = [s for path in root.glob("gtep-*.toml") for s in load_suite(path).scenarios]
+    names = [n for n in pc.load() if n not in ("pilot-original", "pycil-original")]
+    assert names and all(any(preset_applies(n, s) for s in specs) for n in names)
+
+
+def test_a_preset_for_no_scenario_of_the_suite_is_refused_before_training(pytester):
+    suite = (Path(__file__).parent.parent / "suites" / "gtep-vit-200.toml").read_text()
+    pytester.makefile(".toml", v=suite)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--clh-results", "r.sqlite", "v.toml",
+                                "--clh-preset", "gtep:cifar50-1-10tasks", "--co")
+    assert result.ret != 0
+    assert "--clh-preset gtep:cifar50-1-10tasks is for another D^HT or task count than every scenario" in result.stdout.str()
+
+
+def test_collection_adds_the_papers_runs_only_to_the_scenarios_a_preset_configures(pytester):
+    suite = (Path(__file__).parent.parent / "suites" / "gtep-cifar50.toml").read_text()
+    pytester.makefile(".toml", c=suite)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--clh-results", "r.sqlite", "c.toml", "--clh-method", "er",
+                                "--clh-preset", "gtep:cifar50-1-6tasks", "--co", "-q")
+    paper = [line for line in result.stdout.lines if "-paper-" in line]
+    assert paper and all("::high-6[" in line or "::low-6[" in line for line in paper)

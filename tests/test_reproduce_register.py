@@ -234,12 +234,21 @@ def _preset_problems(words) -> list[str]:
     shipped = {"gtep": set(load()), "stf": set(STF_PRESETS)}
     names = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--clh-preset"]
     names += [w.split("=", 1)[1] for w in words if w.startswith("--clh-preset=")]
+    suites = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--clh-suite"]
     problems = []
     for name in names:
         family, _, preset = name.partition(":")
         if preset not in shipped.get(family, ()):
             problems.append(f"--clh-preset {name}: no such preset (shipped: "
                             f"{', '.join(f'{f}:{p}' for f in sorted(shipped) for p in sorted(shipped[f]))})")
+        elif family == "gtep":   # it must configure some scenario of the suite (gtep.protocol.preset_applies)
+            from clharness.benchmarks.gtep.protocol import check_preset_scope
+            from clharness.engine.suites import SuiteError, load_suite
+            for suite in suites:
+                try:
+                    check_preset_scope(preset, load_suite(ROOT / "suites" / f"{suite}.toml"))
+                except SuiteError as exc:
+                    problems.append(str(exc))
     return problems
 
 
@@ -250,9 +259,11 @@ def test_every_command_in_the_register_parses(capsys):
 def test_command_check_catches_bad_options(capsys):
     found = command_problems(["pytest --clh-suite m2i --clh-methd er", "clharness report STORE --no-such-flag",
                               "clharness run --suite stf-digits", "pytest --clh-suite m2i --clh-method pnn",
-                              "pytest --clh-suite gtep-vit --clh-preset gtep:cub100-20tasks"])
-    assert len(found) == 3 and "--clh-methd" in found[0] and "report" in found[1]
+                              "pytest --clh-suite gtep-vit --clh-preset gtep:cub100-20tasks",
+                              "pytest --clh-suite gtep-vit --clh-preset gtep:cub200-10tasks"])
+    assert len(found) == 4 and "--clh-methd" in found[0] and "report" in found[1]
     assert "--clh-preset gtep:cub100-20tasks: no such preset" in found[2]
+    assert "gtep:cub200-10tasks is for another D^HT or task count than every scenario" in found[3]
 
 
 def test_register_items_exist_in_the_papers():
