@@ -71,3 +71,12 @@ def test_a_plugin_that_is_nowhere_names_the_forms_it_accepts(tmp_path):
     assert "a module in the current directory or a path to a .py file" in proc.stderr
     proc = user_run("clharness list -p sub/missing.py", tmp_path)
     assert "clharness plugin file 'sub/missing.py' does not exist" in proc.stderr
+
+
+def test_readme_options_table_lists_every_clh_option_of_the_plugin():
+    """Every --clh-* option the pytest plugin adds has its row in README's options table."""
+    from clharness import pytest_plugin
+    source = Path(pytest_plugin.__file__).read_text()
+    options = re.findall(r'addoption\("(--clh-[a-z-]+)"', source)
+    rows = set(re.findall(r"^\| `(--clh-[a-z-]+)", README.read_text(), re.M))
+    assert options and [o for o in options if o not in rows and f"`{o}" not in README.read_text()] == []
