@@ -117,6 +117,13 @@ class AFEC(SupervisedMethod):
                "ewc_lambda": clh.Float(1.0, 1e7, default=1e4, log=True),   # lambda (old tasks)
                "forget_lambda": clh.Float(0.0, 1e4, default=1.0),          # lambda_e (expanded model)
                "afec_fisher": clh.Choice(["reference", "per-sample"])}
+    # CLDyB B.3 selection space (clharness/engine/hparam_selection.py; GTEP's "method" reading too): the
+    # lambda (--lamb) and lambda_e (--lamb_emp) of lywang3081/AFEC's README.md runs of afec_ewc:
+    # --lamb 10000 (split_cifar100, our default), 25000 (split_cifar10_100) or 40000 (split_cifar100_SC)
+    # with --lamb_emp 1 (our default); its large-scale runs (CUB200, ImageNet) take --lamb_emp 0.001.
+    # The lr stays at arguments.py's 0.001 (never varied there). 6 candidates.
+    tuning_space = {"ewc_lambda": clh.Choice([10000.0, 25000.0, 40000.0]),
+                    "forget_lambda": clh.Choice([0.001, 1.0])}
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)

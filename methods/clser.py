@@ -66,6 +66,14 @@ class CLSER(SupervisedMethod):
                "plastic_update_freq": clh.Float(0.0, 1.0, default=0.3),             # r_P
                "plastic_decay": clh.Float(0.0, 1.0, default=0.999),                 # alpha_P
                "ema_buffers": clh.Choice(["own-forwards", "copy-working"])}
+    # CLDyB B.3 selection space (clharness/engine/hparam_selection.py; GTEP's "method" reading too): the
+    # consistency weight lambda and the stable model's update rate r_S as NeurAI-Lab/CLS-ER's
+    # utils/best_args.py sets them on its image benchmarks: reg_weight 0.15 (seq-cifar10, our default)
+    # or 0.1 (seq-tinyimg, gcil longtail), stable_model_update_freq 0.1 (seq-cifar10 200, our default) or
+    # 0.05 (seq-tinyimg 500, a 10-task sequence as CLDyB's). lr (0.1 there except seq-tinyimg), alpha_S/P
+    # (0.999) and r_P stay at their defaults. 4 candidates.
+    tuning_space = {"reg_weight": clh.Choice([0.1, 0.15]),
+                    "stable_update_freq": clh.Choice([0.05, 0.1])}
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)

@@ -22,6 +22,11 @@ class ER(SupervisedMethod):
     )
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.ONLINE, clh.Setting.DOMAIN_IL})
     hparams = {**OPTIMIZER_SPACE, "buffer": clh.Choice(["class-balanced", "reservoir"])}
+    # CLDyB B.3 selection space (clharness/engine/hparam_selection.py): the lr values of aimagelab/mammoth's
+    # utils/best_args.py for ER: 0.01 (seq-mnist 200), 0.03 (seq-tinyimg 500), 0.1 (seq-cifar10,
+    # seq-cifar100, seq-tinyimg 200/5120; our default), 0.2 (perm-/rot-mnist, mnist-360). 4 candidates.
+    # GTEP's spaces = "paper" ignores it (Table 4's Replay row is general-only); spaces = "method" searches it.
+    tuning_space = {"lr": clh.Choice([0.01, 0.03, 0.1, 0.2])}
     OFFER_ROWS = 256   # rows per buffer.add after a task (224x224 RGB: 154 MB of float inputs at once)
 
     def __init__(self, context, **hparams):

@@ -101,6 +101,13 @@ class HiDePrompt(clh.Method):
                "tii_ca_lr": clh.Float(1e-5, 1.0, default=0.005 * 24 / 256, log=True),
                "samples_per_class": clh.Int(1, 10000, default=120),
                "tii_samples_per_class": clh.Int(1, 10000, default=24)}
+    # CLDyB B.3 selection space (clharness/engine/hparam_selection.py; GTEP's "method" reading too): the
+    # values thu-ml/HiDe-Prompt's training_scripts/train_{cifar100,imr,cub,5datsets}_vit.sh pass to the
+    # prompt stage: --length 5 (CIFAR-100) or 20 (ImageNet-R, CUB; the configs' default), --reg 0.01 (CUB),
+    # 0.1 (CIFAR-100, 5-datasets) or 0.5 (ImageNet-R). The scripts keep the stage's lr at the configs' 0.03
+    # (our default, x 24 / 256), so it is not searched. Defaults (20, 0.1) included; 6 candidates.
+    tuning_space = {"prompt_length": clh.Choice([5, 20]),
+                    "reg": clh.Choice([0.01, 0.1, 0.5])}
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)

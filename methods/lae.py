@@ -100,6 +100,13 @@ class LAE(clh.Method):
                "ema_decay": clh.Float(0.0, 1.0, default=0.9999),
                "freeze_epochs": clh.Int(0, 1000, default=3),
                "variant": clh.Choice(["authors", "pilot"], default="authors")}
+    # CLDyB B.3 selection space (clharness/engine/hparam_selection.py; GTEP's "method" reading too): lr from
+    # gqk/LAE's config/base/*.yaml (cifar100_order*: 0.0028125, our default; imagenet-r_order* and
+    # domainnet_order*: 0.00046875), as LAMDA-PILOT's exps/lae.json and exps/lae_inr.json. Both code
+    # bases fix the EMA momentum at 0.9999 (our default); 0.999 is our added decade (a 3-task selection
+    # run is too short for 0.9999 to move the offline PET far). 4 candidates.
+    tuning_space = {"lr": clh.Choice([0.00046875, 0.0028125]),
+                    "ema_decay": clh.Choice([0.999, 0.9999])}
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)

@@ -64,6 +64,13 @@ class PGP(L2P):
                "subspace": clh.Choice(["exact", "pca"], default="exact"),
                "prompt_components": clh.Int(1, 1000, default=9, when={"subspace": ["pca"]}),
                "key_components": clh.Int(1, 1000, default=5, when={"subspace": ["pca"]})}
+    # CLDyB B.3 selection space (clharness/engine/hparam_selection.py): the lr and prompt length of
+    # JingyangQiao/prompt-gradient-projection's configs: lr 0.03 and --length 5 in every l2p-pgp config
+    # (l2p-pgp/configs/*_l2p_pgp.py: our defaults) and in dualprompt-pgp's CIFAR/CUB/TinyImageNet ones,
+    # lr 0.005 and length 20 in dualprompt-pgp/configs/imr_dualprompt_pgp.py (both scaled by batch / 256
+    # as ours). The thresholds 0.50 / 0.97 are constants in its engine.py, not searched. 4 candidates.
+    tuning_space = {"lr": clh.Choice([0.005, 0.03]),
+                    "prompt_length": clh.Choice([5, 20])}
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)

@@ -48,6 +48,13 @@ class SLCA(SupervisedMethod):
                "ca_lr": clh.Float(1e-4, 1.0, default=0.01, log=True),
                "samples_per_class": clh.Int(1, 10000, default=256),
                "logit_norm": clh.Float(0.0, 10.0, default=0.1)}                 # τ; 0 = off
+    # CLDyB B.3 selection space (clharness/engine/hparam_selection.py; GTEP's "method" reading too): the
+    # slow learner's backbone lr, i.e. GengDavid/SLCA's lrate 0.01 x bcb_lrscale: 0 (models/slca.py's
+    # fix_bcb branch, a frozen backbone), 1/100 (its default: our 0.0001) and 1/10 (exps/slcapp/*.json);
+    # and the logit normalisation tau of exps/slca/*.json: 0.05 (slca_cars) or 0.1 (the others, our
+    # default; LAMDA-PILOT's exps/slca.json too). The head lr is 0.01 in every config: not searched. 6 candidates.
+    tuning_space = {"backbone_lr": clh.Choice([0.0, 0.0001, 0.001]),
+                    "logit_norm": clh.Choice([0.05, 0.1])}
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)

@@ -236,7 +236,9 @@ def test_method_space_restricts_general_parameters_and_applies_fixed_values():
     ms = gtep.method_space(er, {"general": "table4", "fixed": {"momentum": 0.9}, "search": {}})
     # Table 4's Replay row: the general sets only (issue 30 item 4); the method's own space on request
     assert ms.space["epochs"].values == tuple(TABLE4["epochs"]) and ms.own == () and ms.paper
-    assert gtep.method_space(er, {"general": "table4", "spaces": "method"}).own == ("buffer",)
+    # spaces = "method": ER's declared tuning_space (mammoth's lr set, the CLDyB B.3 selection space)
+    method = gtep.method_space(er, {"general": "table4", "spaces": "method"})
+    assert method.own == ("lr",) and method.space["lr"].values == er.tuning_space["lr"].values
     assert ms.fixed == {"momentum": 0.9} and "momentum" not in ms.space
     lwf = gtep.method_space(clharness_methods.lwf.LwF, {"general": "table4"})
     assert lwf.space["temperature"].values == (0.5, 1, 1.5, 2, 2.5)     # table 4's T (KD) set
