@@ -74,6 +74,14 @@ class DualPrompt(clh.Method):
                "e_length": clh.Int(1, 50, default=20),
                "pull_lambda": clh.Float(0.0, 10.0, default=1.0),
                "prompt_selection": clh.Choice(["per_sample", "batchwise"], default="per_sample")}
+    # CLDyB B.3 selection space (clharness/engine/hparam_selection.py; GTEP's spaces = "paper" uses Table 5's
+    # sets instead): the lr and E-prompt length of the code's per-dataset configs (CONFIGS above, from
+    # JH-LEE-KR/dualprompt-pytorch configs/imr_dualprompt.py and cifar100_dualprompt.py): ImageNet-R lr
+    # 0.005 with length 20 (our defaults), CIFAR-100 lr 0.03 with length 5 (LAMDA-PILOT's exps/dualprompt.json
+    # and dualprompt_inr.json use length 5 too). Searched under config = "custom" (the default; a named
+    # config replaces both). 4 candidates.
+    tuning_space = {"lr": clh.Choice([0.005, 0.03]),
+                    "e_length": clh.Choice([5, 20])}
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)
