@@ -23,8 +23,17 @@ Epochs are the suite's. The CIFAR-100 config of the code also votes the E-prompt
 (JH-LEE-KR/dualprompt-pytorch) does, the lr is scaled by batch_size / 256 (``scale_lr``; 0.005 x
 24 / 256 at its batch size 24), gradients are clipped to norm 1.0 (``clip_grad``), and a new task's
 E-prompt starts as a copy of the previous task's (its shared_prompt_pool transfer; the new key
-starts uniform, shared_prompt_key being off). The E-prompt pool holds one prompt per task seen
-(pool size = number of tasks, as in the paper), so it grows with the sequence.
+starts uniform, shared_prompt_key being off). By default the E-prompt pool holds one prompt per task
+seen (pool size = number of tasks, as in the paper), so it grows with the sequence.
+
+``pool_size`` = M > 0 is the code's fixed pool (``--size``, 10 in its configs and PILOT's
+``exps/dualprompt.json``; GTEP Table 5's "M Size", [10, 15, 20, 25, 30]): M E-prompts and M keys,
+all drawn uniform(-1, 1) at the start. Task t < M trains E-prompt t (copied from t - 1 first) and
+key t; from task M on (the code's prompt mask lies past the pool), each sample trains the E-prompt
+whose key its query matches, pulling that key (``prompt_selection`` applies as at test time), and
+every prompt and key may move. At test time the query matches all M keys, the never-trained ones
+included, as in the code. Given task ids (task-incremental runs) pick task t's own prompt when
+t < M, else the matched one.
 
 E-prompt selection at test time (``prompt_selection``): "per_sample" (default, the paper: each
 image's best-matching key) or "batchwise", the official code's ``batchwise_prompt``: the E-prompt
@@ -61,7 +70,8 @@ class DualPrompt(clh.Method):
              "Vincent Perot, Jennifer Dy, Tomas Pfister, DualPrompt: Complementary Prompting for Rehearsal-free "
              "Continual Learning, ECCV 2022")
     reference = "JH-LEE-KR/dualprompt-pytorch: engine.py, prompt.py, configs/ (port of google-research/l2p)"
-    deviations = ("the E-prompt pool holds the seen tasks' prompts only (the code's holds 10 from the start)",
+    deviations = ("by default (pool_size=0) the E-prompt pool holds the seen tasks' prompts only (the code's "
+                  "holds --size = 10 from the start; pool_size=M does)",
                   "prompt_selection='batchwise': the code's batch-wise E-prompt vote (leaks the batch's task "
                   "at test time)")
     hparams = {**optimizer_space(lr=0.005, optimizer="adam"),
@@ -73,15 +83,9 @@ class DualPrompt(clh.Method):
                "g_length": clh.Int(1, 50, default=5),
                "e_length": clh.Int(1, 50, default=20),
                "pull_lambda": clh.Float(0.0, 10.0, default=1.0),
-               "prompt_selection": clh.Choice(["per_sample", "batchwise"], default="per_sample")}
-    # CLDyB B.3 selection space (clharness/engine/hparam_selection.py; GTEP's spaces = "paper" uses Table 5's
-    # sets instead): the lr and E-prompt length of the code's per-dataset configs (CONFIGS above, from
-    # JH-LEE-KR/dualprompt-pytorch configs/imr_dualprompt.py and cifar100_dualprompt.py): ImageNet-R lr
-    # 0.005 with length 20 (our defaults), CIFAR-100 lr 0.03 with length 5 (LAMDA-PILOT's exps/dualprompt.json
-    # and dualprompt_inr.json use length 5 too). Searched under config = "custom" (the default; a named
-    # config replaces both). 4 candidates.
-    tuning_space = {"lr": clh.Choice([0.005, 0.03]),
-                    "e_length": clh.Choice([5, 20])}
+               "prompt_selection": clh.Choice(["per_sample", "batchwise"], default="per_sample"),
+               # M, the code's --size: 0 = one E-prompt per task seen (the paper); M = a fixed pool of M
+               "pool_size": clh.Int(0, 100, default=0)}
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)
@@ -94,8 +98,10 @@ class DualPrompt(clh.Method):
         self.gen = torch.Generator().manual_seed(context.seed)
         # prompts: (layers, 2 = key/value, length, D); uniform(-1, 1) as in the authors' code
         self.g_prompt = nn.Parameter(self._uniform(len(self.g_layers), 2, self.hp["g_length"], dim))
-        self.e_prompts = nn.Parameter(self._uniform(0, len(self.e_layers), 2, self.hp["e_length"], dim))
-        self.e_keys = nn.Parameter(self._uniform(0, dim))
+        pool = self.hp["pool_size"]             # 0: the pool grows by one per task
+        self.e_prompts = nn.Parameter(self._uniform(pool, len(self.e_layers), 2, self.hp["e_length"], dim))
+        self.e_keys = nn.Parameter(self._uniform(pool, dim))
+        self.learned = 0                        # tasks learned
         self.head = nn.Linear(dim, context.num_classes).to(context.device)
         self.labels = TaskLabels(context)
         self.seen = torch.zeros(context.num_classes, dtype=torch.bool, device=context.device)
@@ -124,32 +130,47 @@ class DualPrompt(clh.Method):
     def learn(self, experience):
         self.labels.add(experience)
         self.seen[list(experience.classes)] = True
-        t = len(self.e_keys)
-        if experience.task_id is not None:
+        t, pool = self.learned, self.hp["pool_size"]
+        self.learned += 1
+        own = not pool or t < pool                # the task trains E-prompt t (else: matched ones)
+        if experience.task_id is not None and own:
             self.task_of_id[experience.task_id] = t
-        # a new expert prompt and key for the new task (pool size = number of tasks); the prompt
-        # starts from the previous task's (the port's prompt transfer), the first one uniform
-        dim = self.e_keys.shape[1]
-        fresh = self._uniform(1, *self.e_prompts.shape[1:])   # drawn either way: the keys' draws stay put
-        new = self.e_prompts.detach()[-1:].clone() if t > 0 else fresh
-        self.e_prompts = nn.Parameter(torch.cat([self.e_prompts.detach(), new]))
-        self.e_keys = nn.Parameter(torch.cat([self.e_keys.detach(), self._uniform(1, dim)]))
+        if not pool:
+            # a new expert prompt and key for the new task (pool size = number of tasks); the prompt
+            # starts from the previous task's (the port's prompt transfer), the first one uniform
+            dim = self.e_keys.shape[1]
+            fresh = self._uniform(1, *self.e_prompts.shape[1:])   # drawn either way: the keys' draws stay put
+            new = self.e_prompts.detach()[-1:].clone() if t > 0 else fresh
+            self.e_prompts = nn.Parameter(torch.cat([self.e_prompts.detach(), new]))
+            self.e_keys = nn.Parameter(torch.cat([self.e_keys.detach(), self._uniform(1, dim)]))
+        elif 0 < t < pool:                        # the code's transfer (engine.py): prompt t := prompt t - 1
+            prompts = self.e_prompts.detach().clone()
+            prompts[t] = prompts[t - 1]
+            self.e_prompts = nn.Parameter(prompts)
 
         def loss(x, y):
-            task = torch.full((len(x),), t, dtype=torch.long, device=x.device)
+            if own:
+                task = torch.full((len(x),), t, dtype=torch.long, device=x.device)
+                ce = F.cross_entropy(self.labels.mask_current(self.head(self.represent(x, task))), y)
+                # eq. 4: matching loss pulls the task's key towards the queries of its samples
+                pull = (1 - F.cosine_similarity(self.frozen(x), self.e_keys[t][None], dim=1)).mean()
+                return ce + self.hp["pull_lambda"] * pull
+            query = self.frozen(x)                # past the pool: each sample's matched E-prompt
+            task = self.match(query)
             ce = F.cross_entropy(self.labels.mask_current(self.head(self.represent(x, task))), y)
-            # eq. 4: matching loss pulls the task's key towards the queries of its samples
-            pull = (1 - F.cosine_similarity(self.frozen(x), self.e_keys[t][None], dim=1)).mean()
+            pull = (1 - F.cosine_similarity(query, self.e_keys[task], dim=1)).mean()
             return ce + self.hp["pull_lambda"] * pull
 
         params = [self.g_prompt, self.e_prompts, self.e_keys, *self.head.parameters()]
-        old_prompts, old_keys = self.e_prompts.detach()[:t].clone(), self.e_keys.detach()[:t].clone()
+        old_prompts, old_keys = self.e_prompts.detach().clone(), self.e_keys.detach().clone()
         trainer = Trainer.for_method(self, params)
         for x, y in experience.batches(epochs=self.context.epochs):
             trainer.step(loss, x, y)
         trainer.check()
         with torch.no_grad():   # only task t's expert prompt and key learn (weight decay must not move the rest)
-            self.e_prompts[:t], self.e_keys[:t] = old_prompts, old_keys
+            if own:
+                self.e_prompts[:t], self.e_keys[:t] = old_prompts[:t], old_keys[:t]
+                self.e_prompts[t + 1:], self.e_keys[t + 1:] = old_prompts[t + 1:], old_keys[t + 1:]
 
     def _task_for(self, x, task_id):
         if task_id is not None and task_id in self.task_of_id:
@@ -163,7 +184,7 @@ class DualPrompt(clh.Method):
 
     @torch.no_grad()
     def predict(self, x, task_id=None):
-        if not len(self.e_keys):
+        if not self.learned:
             return torch.full((len(x), self.context.num_classes), NEG, device=x.device)
         return self.head(self.features(x, task_id)).masked_fill(~self.seen, NEG)
 

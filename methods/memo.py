@@ -32,9 +32,18 @@ class MEMO(DER):
     optimizer and in train mode (BatchNorm statistics) after the first task. ``train_shared=False``
     freezes them after the first task (weights and BatchNorm statistics; PyCIL ``train_base: false``).
 
-    Deliberate differences (beyond DER's, which apply here too):
-    - GTEP Table 4's "exemplar batch size" is the batch size PyCIL uses to extract features for
-      herding, in eval mode, so it cannot change results and is not a hyperparameter here.
+    ``exemplar_batch_size`` (GTEP Table 4's "Exemplar batch size", its grid [16, 32, 64, 128, 256]; the
+    appendix's ``exemplar_bs_64`` for PyCIL's MEMO) is PyCIL ``memo.py``'s module constant
+    ``batch_size = 64``: the batch size of the loaders ``_construct_exemplar`` runs the network over,
+    in eval mode, to herd a new class's exemplars and to average their features. It is not the
+    training batch (``args["batch_size"]``, our ``batch_size``) and does not change which or how many
+    exemplars a step trains on. Here ``features`` runs the network in batches of at most
+    ``exemplar_batch_size`` rows (herding reads a class's samples 512 rows at a time; the grid's sizes
+    divide 512, so every batch but a class's last holds exactly that many). The network is in eval
+    mode there, so the chosen exemplars do not depend on it beyond floating-point rounding, as in
+    PyCIL. 0 (the default) keeps one forward pass per call (the 512-row chunks).
+
+    Deliberate differences: DER's (they apply here too).
     """
     name = "memo"
     paper = ("Zhou, Wang, Ye, Zhan, A Model or 603 Exemplars: Towards Memory-Efficient Class-Incremental "
@@ -47,7 +56,9 @@ class MEMO(DER):
     version = "2"      # 2: joint rehearsal (PyCIL's steps); shared blocks trained in every task (train_base)
     hparams = {**DER.hparams,
                "specialised_share": clh.Float(0.05, 1.0, default=0.7),
-               "train_shared": clh.Choice([True, False], default=True)}
+               "train_shared": clh.Choice([True, False], default=True),
+               # PyCIL memo.py: batch_size = 64, the herding feature-extraction loaders' (0 = one pass)
+               "exemplar_batch_size": clh.Int(0, 512, default=0)}
     tuning_space = DER.tuning_space        # GTEP Table 4: lambda (Aux) of DER and MEMO
 
     def __init__(self, context, **hparams):
@@ -56,6 +67,14 @@ class MEMO(DER):
                                                context.input_shape)
         self.model = BranchNet(context.num_classes, trunk=shared)
         self.out_dim = None                     # features of one specialised block
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The network's features, run over ``x`` in batches of ``exemplar_batch_size`` rows when it
+        is set (PyCIL ``_construct_exemplar``'s loaders); herding is its caller while training."""
+        bs, base = self.hp["exemplar_batch_size"], super().features
+        if not bs:
+            return base(x)
+        return torch.cat([base(x[i:i + bs]) for i in range(0, len(x), bs)])
 
     def expand(self) -> None:
         """Add one specialised block (the template's first, then a copy of the newest) and a new

@@ -15,7 +15,12 @@ Readings where the tables are not literal (declared here and in each suite file)
   column (``clharness.hparams.TABLE5``). Its batch-size set is printed "for L2P, DualPrompt,
   CODA-Prompt, Adam-Adapter", yet the appendix's Ranpac and EASE configurations take batch sizes
   8, 24, 64 and 128 from that set: every method samples it.
-- Cells with no counterpart here are listed in ``NO_COUNTERPART`` (not searched).
+- Table 4's MEMO "Exemplar batch size" is PyCIL ``memo.py``'s ``batch_size = 64``, the batch size of
+  the herding feature-extraction loaders (eval mode), our ``exemplar_batch_size``; it is not the
+  training batch. Table 5's "M Size" of DualPrompt is the code's E-prompt pool size ``--size``
+  (PILOT ``exps/dualprompt.json`` ``size``), our ``pool_size`` (0, the default outside the search,
+  grows the pool by one per task).
+- Cells with no counterpart here would be listed in ``NO_COUNTERPART`` (not searched); none is.
 """
 from __future__ import annotations
 
@@ -38,7 +43,8 @@ PAPER_SPACES: dict[str, dict[str, dict[str, list]]] = {
                    "finetune_lr": [0.001, 0.003, 0.005, 0.007, 0.01], "adaptive_factor": [True, False],
                    "lambda_f": KD_LAMBDA},                          # lambda (Aux): see the module note
         "der": {"aux_weight": KD_LAMBDA},
-        "memo": {"aux_weight": KD_LAMBDA},
+        "memo": {"aux_weight": KD_LAMBDA,
+                 "exemplar_batch_size": [16, 32, 64, 128, 256]},    # PyCIL memo.py's herding batch_size
         "foster": {"temperature": KD_T, "kd_weight": KD_LAMBDA, "fe_weight": KD_LAMBDA,
                    "beta1": [0.93, 0.95, 0.97, 0.99], "beta2": [0.93, 0.95, 0.97, 0.99],
                    "compression_epochs": [30, 70, 120, 160, 200]},
@@ -48,7 +54,8 @@ PAPER_SPACES: dict[str, dict[str, dict[str, list]]] = {
     "table5": {
         "l2p": {"pool_size": [10, 15, 20, 25, 30], "prompt_length": [2, 4, 6, 8, 10], "top_n": [2, 4, 6, 8, 10],
                 "pull_lambda": [0.1, 0.3, 0.5]},
-        "dualprompt": {"g_length": [5, 10, 15, 20, 30], "e_length": [5, 10, 15, 20, 30], "pull_lambda": [0.1, 0.3, 0.5]},
+        "dualprompt": {"pool_size": [10, 15, 20, 25, 30],          # M Size: the code's --size (E-prompt pool)
+                       "g_length": [5, 10, 15, 20, 30], "e_length": [5, 10, 15, 20, 30], "pull_lambda": [0.1, 0.3, 0.5]},
         "coda_prompt": {"pool_size": [30, 50, 100, 200, 300], "prompt_length": [4, 8, 16, 24, 32],
                         "ortho_mu": [0.2, 0.1, 0.01, 0.001, 0.0]},
         "aper": {"ffn_num": [4, 8, 16, 32, 64]},                    # Adam-Adapter
@@ -65,12 +72,8 @@ GENERAL_COLUMNS: dict[str, dict[str, dict[str, list]]] = {
 }
 
 # (our method, the paper's hyperparameter name) -> why it is not searched here
-NO_COUNTERPART = {
-    ("memo", "Exemplar batch size"): "methods/memo.py trains on one joint loader of task data and exemplars "
-                                     "(rehearsal='joint', PyCIL's steps); it has no separate exemplar batch",
-    ("dualprompt", "M Size"): "methods/dualprompt.py keeps one E-prompt per task (the DualPrompt paper's pool); "
-                              "it has no pool-size hyperparameter",
-}
+# (none left: MEMO's "Exemplar batch size" is its exemplar_batch_size, DualPrompt's "M Size" its pool_size)
+NO_COUNTERPART: dict[tuple[str, str], str] = {}
 
 SPACES = ("paper", "method")
 
