@@ -86,6 +86,14 @@ class DualPrompt(clh.Method):
                "prompt_selection": clh.Choice(["per_sample", "batchwise"], default="per_sample"),
                # M, the code's --size: 0 = one E-prompt per task seen (the paper); M = a fixed pool of M
                "pool_size": clh.Int(0, 100, default=0)}
+    # CLDyB B.3 selection space (clharness/engine/hparam_selection.py; GTEP's spaces = "paper" uses Table 5's
+    # sets instead): the lr and E-prompt length of the code's per-dataset configs (CONFIGS above, from
+    # JH-LEE-KR/dualprompt-pytorch configs/imr_dualprompt.py and cifar100_dualprompt.py): ImageNet-R lr
+    # 0.005 with length 20 (our defaults), CIFAR-100 lr 0.03 with length 5 (LAMDA-PILOT's exps/dualprompt.json
+    # and dualprompt_inr.json use length 5 too). Searched under config = "custom" (the default; a named
+    # config replaces both). 4 candidates.
+    tuning_space = {"lr": clh.Choice([0.005, 0.03]),
+                    "e_length": clh.Choice([5, 20])}
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)
