@@ -52,6 +52,8 @@ class MEMO(DER):
     deviations = (
         *DER.deviations,
         "the generalised/specialised cut derived from any sequential backbone (specialised_share)",
+        "herding features in one pass per 512 rows by default (exemplar_batch_size=0; PyCIL: batches of 64, "
+        "exemplar_batch_size=64); eval mode, so the exemplars are the same up to rounding",
     )
     version = "2"      # 2: joint rehearsal (PyCIL's steps); shared blocks trained in every task (train_base)
     hparams = {**DER.hparams,
