@@ -23,6 +23,31 @@ five members' steps solo, 1.8 ms batched: GEMMs of 32x64x256 and 32x256x256 per 
 per-step overhead to amortise on a CPU; the narrow MLP has some. The cnn's batched path is vmap over
 convolutions and BatchNorm, slower per FLOP than the solo kernels. A GPU, where a small model's step is
 kernel-launch bound, is where the ensemble should pay; this machine has none.
+
+The GTEP tuning phase (``--gtep``): every tuning run of suites/gtep-digits.toml (6 methods x R = 6
+configurations x S = 2 trials = 72 runs; its two scenarios share one tuning phase), its units run as a
+pytest session runs them (Session.execute in order, a fresh results store each time, so the second
+scenario's units reuse the first's records), solo and with --clh-ensemble. A configuration's S trials
+are one ensemble (E = 2). As shipped nothing batches: table 4's sets give every configuration a
+learning-rate schedule (steplr or cosine), and a schedule runs solo (engine.ensemble.why_solo); the
+variant "constant lr" holds ``scheduler = "constant"`` (``fixed``), so every run is batched.
+
+Measured (issue 32, a shared 2-core AMD EPYC CPU, no GPU, load average 1.6-2.2 from other sessions,
+1 thread, median of 5 interleaved repeats, wall seconds of the 144 units):
+
+    suite        runs batched     solo  ensemble  ratio   train solo train ens  ratio   cpu solo cpu ens  ratio  equal (1e-4)
+    as shipped     72       0     5.31      7.24   0.73         4.44      6.04   0.73       5.23    5.30   0.99  72/72
+    constant lr    72      72     4.75      5.68   0.84         3.96      3.73   1.06       4.74    5.60   0.85  68/72
+
+(an earlier run of the same, load 1.8-2.3: as shipped 0.99 wall, 1.00 CPU; constant lr 0.84 wall, 0.86
+CPU). As shipped, both sides run the same code (nothing batches): its wall ratio is the load's noise, as
+its CPU ratio (0.99) says. With the constant rate the ensemble trains in about the solo runs' time
+(1.06) and spends ~0.8 s more CPU outside the batched steps: with E = 2 and tasks of a few dozen steps
+of an 8x8 MLP, the ensemble's fixed cost per task (stacking the members, a meta copy of the model, the
+optimizer, the members' thread hand-overs) is not repaid. No speed-up for this suite on this CPU. The
+4 records past 1e-4 are joint at lr 0.1 for 4 epochs (configurations c3, c5), chaotic runs: solo, the
+same case moves its accuracy matrix by up to 0.19-0.5 with 2 threads instead of 1, and by 0.19-0.67
+with lr x (1 + 1e-6); the ensemble's reassociated sums move it by 0.17-0.42.
 """
 from __future__ import annotations
 
@@ -123,7 +148,7 @@ def gtep_main(repeats: int) -> None:
           f"CPU, 1 thread, median of {repeats} interleaved repeats (wall seconds); load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'suite':12} {'runs':>4} {'batched':>7} {'solo':>8} {'ensemble':>9} {'ratio':>6}   "
-          f"{'cpu solo':>8} {'cpu ens':>7} {'ratio':>6}  equal (1e-4)")
+          f"{'train solo':>10} {'train ens':>9} {'ratio':>6}   {'cpu solo':>8} {'cpu ens':>7} {'ratio':>6}  equal (1e-4)")
     with tempfile.TemporaryDirectory() as folder:
         n = 0
         for variant in GTEP_VARIANTS:
@@ -131,14 +156,14 @@ def gtep_main(repeats: int) -> None:
             for ens in (False, True):   # warm up: imports, data, kernels
                 n += 1
                 gtep_phase(path, ens, f"{folder}/{n}.sqlite", quick=True)
-            s_wall, e_wall, s_cpu, e_cpu, equal = [], [], [], [], set()
+            s_wall, e_wall, s_cpu, e_cpu, s_train, e_train, equal = [], [], [], [], [], [], set()
             for _ in range(repeats):
                 n += 1
                 w, c, a = gtep_phase(path, False, f"{folder}/{n}.sqlite")
-                s_wall.append(w), s_cpu.append(c)
+                s_wall.append(w), s_cpu.append(c), s_train.append(sum(r.train_seconds for r in a.values()))
                 n += 1
                 w, c, b = gtep_phase(path, True, f"{folder}/{n}.sqlite")
-                e_wall.append(w), e_cpu.append(c)
+                e_wall.append(w), e_cpu.append(c), e_train.append(sum(r.train_seconds for r in b.values()))
                 assert a.keys() == b.keys()
                 equal.add(sum(a[k].status == b[k].status and np.allclose(
                     np.array(a[k].acc_matrix, dtype=float), np.array(b[k].acc_matrix, dtype=float),
@@ -146,8 +171,9 @@ def gtep_main(repeats: int) -> None:
             batched = sum("executor" in r.extra for r in b.values())
             sw, ew = statistics.median(s_wall), statistics.median(e_wall)
             sc, ec = statistics.median(s_cpu), statistics.median(e_cpu)
-            print(f"{variant:12} {len(b):>4} {batched:>7} {sw:8.2f} {ew:9.2f} {sw / ew:6.2f}   {sc:8.2f} {ec:7.2f} "
-                  f"{sc / ec:6.2f}  {'/'.join(map(str, sorted(equal)))}/{len(b)}")
+            st, et = statistics.median(s_train), statistics.median(e_train)
+            print(f"{variant:12} {len(b):>4} {batched:>7} {sw:8.2f} {ew:9.2f} {sw / ew:6.2f}   {st:10.2f} {et:9.2f} "
+                  f"{st / et:6.2f}   {sc:8.2f} {ec:7.2f} {sc / ec:6.2f}  {'/'.join(map(str, sorted(equal)))}/{len(b)}")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
