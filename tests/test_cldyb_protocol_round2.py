@@ -38,19 +38,22 @@ def _collect(pytester, *args):
     return [line for line in result.outlines if "::" in line]
 
 
-def test_selection_items_grid_the_tuning_space_and_skip_methods_without_one(pytester):
+def test_selection_items_grid_each_methods_tuning_space(pytester):
     import clharness as clh
-    ranpac = clh.Harness().methods["ranpac"]
-    grid = 1
-    for p in ranpac.tuning_space.values():
-        grid *= len(p.values)
+    methods = clh.Harness().methods
+
+    def grid(name):
+        size = 1
+        for p in methods[name].tuning_space.values():
+            size *= len(p.values)
+        return size
     ids = _collect(pytester, "--clh-suite", "cldyb-cc", "--clh-seeds", "1", "--clh-method", "ranpac",
                    "--clh-method", "er")
     for seq in ("cc", "random", "heldout"):
-        picks = [i for i in ids if i.startswith(f"cldyb-cc::cc/{seq}[ranpac-seed0-select-c")]
-        assert len(picks) == grid                                   # A-GEM's grid over RanPAC's declared sets
-        assert f"cldyb-cc::cc/{seq}[ranpac-seed0]" in ids
-        assert not [i for i in ids if i.startswith(f"cldyb-cc::cc/{seq}[er-seed0-select")]   # no space: unselected
+        for name in ("ranpac", "er"):
+            picks = [i for i in ids if i.startswith(f"cldyb-cc::cc/{seq}[{name}-seed0-select-c")]
+            assert len(picks) == grid(name)                         # A-GEM's grid over the declared sets
+            assert f"cldyb-cc::cc/{seq}[{name}-seed0]" in ids
     quick = _collect(pytester, "--clh-suite", "cldyb-cc", "--clh-quick", "--clh-seeds", "1", "--clh-method", "ranpac")
     assert sum("-select-c" in i for i in quick) == 3                # configurations = 1 per searched sequence
 
@@ -181,3 +184,80 @@ def test_the_runner_marks_pretrained_and_checkpoint_backbones_only():
     assert pretrained_weights("vit-b16-in21k") and pretrained_weights("timm", {"pretrained": True})
     assert pretrained_weights("timm", {"checkpoint": "w.safetensors"})
     assert not pretrained_weights("mlp") and not pretrained_weights("vit-b16-in21k", {"pretrained": False})
+
+
+# --- item 7: every method of the table suites has a selection space (its tuning_space) ------------------
+def _table_suite_methods():
+    """(suite, method) for every method the CLDyB table suites run or search with."""
+    pairs = []
+    for name in TABLE_SUITES:
+        suite = load_suite(SUITES / f"{name}.toml")
+        names = set(suite.methods)
+        for spec in suite.scenarios:
+            names |= set(spec.options.get("search_methods", ()))
+        pairs += [(name, m) for m in sorted(names)]
+    return pairs
+
+
+@pytest.mark.parametrize("suite_name, method", _table_suite_methods())
+def test_every_table_suite_method_selects_over_a_declared_space_holding_its_defaults(suite_name, method):
+    """B.3: each method's hyperparameters are selected: a non-empty tuning_space whose grid candidates all
+    resolve as the method's hyperparameters, the method's defaults (with the suite's values) among them."""
+    import clharness as clh
+    from clharness.engine.hparam_selection import candidates, search_space
+    from clharness.engine.runner import resolve_hparams
+    cls = clh.Harness().methods[method]
+    assert getattr(cls, "tuning_space", None), f"{method} declares no tuning_space: CLDyB would run it unselected"
+    suite = load_suite(SUITES / f"{suite_name}.toml")
+    fixed = suite.hparams.get(method, {})
+    defaults = resolve_hparams(cls, fixed)
+    for spec in suite.scenarios:
+        space = search_space(cls, spec.select_hparams.get("search", {}))
+        assert space == dict(cls.tuning_space)                     # the suites name no sets: the declared space
+        grid = candidates(space, spec.select_hparams.get("configurations", 0), f"{spec.name}/{method}")
+        assert len(grid) >= 2
+        for config in grid:
+            resolved = resolve_hparams(cls, fixed, config)        # raises on a value out of range
+            assert {k: resolved[k] for k in config} == config
+        assert {k: defaults[k] for k in space} in grid, f"{method}'s defaults are not a candidate"
+
+
+SELECT_ER = """
+[suite]
+name = "sel-er"
+methods = ["er"]
+
+[[scenario]]
+name = "digits"
+dataset = "digits"
+setting = "class-incremental"
+tasks = 5
+backbone = "mlp"
+epochs = 1
+batch_size = 32
+memory_size = 40
+validation = 0.2
+select_hparams = { tasks = 2 }
+"""
+
+
+def test_selection_picks_the_validation_best_of_ers_declared_space_offline(pytester):
+    """ER's own tuning_space (no suite sets) is searched on the first 2 tasks of Split-Digits: one selection
+    run per candidate, and the full run takes the candidate with the best validation aa (ties: the lowest)."""
+    import clharness as clh
+    from clharness.results import ResultsStore
+    er = clh.Harness().methods["er"]
+    pytester.makefile(".toml", sel=SELECT_ER)
+    store = pytester.path / "r.sqlite"
+    result = pytester.runpytest("-p", "no:cacheprovider", "--clh-device", "cpu", "--clh-results", str(store), "sel.toml")
+    grid = [{"lr": v} for v in er.tuning_space["lr"].values]
+    result.assert_outcomes(passed=len(grid) + 1)
+    records = {r.scenario: r for r in ResultsStore(store).records()}
+    runs = [records[f"digits:select-c{k}"] for k in range(len(grid))]
+    assert [{"lr": r.hparams["lr"]} for r in runs] == grid
+    scores = [r.metrics["aa"] for r in runs]
+    assert len(set(scores)) > 1                                   # the candidates differ: a real choice
+    full = records["digits"]
+    best = scores.index(max(scores))
+    assert full.selection["chosen"] == best and full.selection["scores"] == scores
+    assert full.hparams["lr"] == grid[best]["lr"] and full.selection["candidates"] == len(grid)
