@@ -407,6 +407,20 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("gtep-coda-prompt-on-representation-column", "clharness/benchmarks/gtep/spaces.py",
              '"dualprompt": PROMPT_COLUMN, "coda_prompt": PROMPT_COLUMN}', '"dualprompt": PROMPT_COLUMN}',
              ("tests/test_gtep_protocol_round2.py::test_table5_spaces_equal_the_papers_cell_by_cell",)),
+    # GTEP (issue 30 item 4): MEMO's "Exemplar batch size" and DualPrompt's "M Size" searched and applied
+    Mutation("gtep-memo-exemplar-batch-size-ignored", "methods/memo.py",
+             'bs, base = self.hp["exemplar_batch_size"], super().features', 'bs, base = 0, super().features',
+             ("tests/test_gtep_search_knobs.py::test_memo_exemplar_batch_size_is_the_herding_extraction_batch_not_a_training_batch",)),
+    Mutation("gtep-memo-exemplar-batch-size-not-searched", "clharness/benchmarks/gtep/spaces.py",
+             '"exemplar_batch_size": [16, 32, 64, 128, 256]},', '},',
+             ("tests/test_gtep_protocol_round2.py::test_table4_spaces_equal_the_papers_cell_by_cell",)),
+    Mutation("gtep-dualprompt-pool-without-transfer", "methods/dualprompt.py",
+             "prompts[t] = prompts[t - 1]", "prompts[t] = prompts[t]",
+             ("tests/test_gtep_search_knobs.py::test_dualprompt_pool_copies_the_previous_prompt_and_matches_every_key",)),
+    Mutation("gtep-dualprompt-pool-grows-per-task", "methods/dualprompt.py",
+             'pool = self.hp["pool_size"]             # 0: the pool grows by one per task',
+             'pool = 0             # 0: the pool grows by one per task',
+             ("tests/test_gtep_search_knobs.py::test_dualprompt_pool_size_holds_m_prompts_and_keys_from_the_start",)),
     # GTEP (issue 30 item 6): --clh-preset gtep:<name> runs the paper's configuration on D^HT too
     Mutation("gtep-paper-preset-only-on-de", "clharness/benchmarks/gtep/protocol.py",
              'table[method], "tune", s, tuning=tuning,', 'table[method], "eval", s, tuning=tuning,',
@@ -519,6 +533,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("render-check-ignores-colours", "scripts/render_report.py",
              "if len(seen) > 1:", "if len(seen) > 2:",
              (P + "test_render_check_catches_a_method_in_two_colours",)),
+    # CLDyB (issue 30 item 7): every table-suite method selects over its declared tuning_space, defaults included
+    Mutation("cldyb-hide-prompt-tuning-space-emptied", "methods/hide_prompt.py",
+             'tuning_space = {"prompt_length": clh.Choice([5, 20]),\n                    "reg": clh.Choice([0.01, 0.1, 0.5])}',
+             "tuning_space = {}",
+             ("tests/test_cldyb_protocol_round2.py::test_every_table_suite_method_selects_over_a_declared_space_holding_its_defaults",)),
+    Mutation("cldyb-er-tuning-space-without-its-default-lr", "methods/er.py",
+             'tuning_space = {"lr": clh.Choice([0.01, 0.03, 0.1, 0.2])}', 'tuning_space = {"lr": clh.Choice([0.01, 0.03, 0.2])}',
+             ("tests/test_cldyb_protocol_round2.py::test_every_table_suite_method_selects_over_a_declared_space_holding_its_defaults",)),
 )
 
 
