@@ -45,9 +45,9 @@ its CPU ratio (0.99) says. With the constant rate the ensemble trains in about t
 (1.06) and spends ~0.8 s more CPU outside the batched steps: with E = 2 and tasks of a few dozen steps
 of an 8x8 MLP, the ensemble's fixed cost per task (stacking the members, a meta copy of the model, the
 optimizer, the members' thread hand-overs) is not repaid. No speed-up for this suite on this CPU. The
-4 records past 1e-4 are joint at lr 0.1 for 4 epochs (configurations c3, c5), chaotic runs: solo, the
-same case moves its accuracy matrix by up to 0.19-0.5 with 2 threads instead of 1, and by 0.19-0.67
-with lr x (1 + 1e-6); the ensemble's reassociated sums move it by 0.17-0.42.
+4 records past 1e-4 are joint at lr 0.1 for 4 epochs (configurations c3, c5), chaotic runs: solo,
+c3's two trials move their accuracy matrices by 0.5 and 0.19 with 2 threads instead of 1, and by 0.67
+and 0.19 with lr x (1 + 1e-6); the ensemble's reassociated sums move the four by 0.17-0.42.
 """
 from __future__ import annotations
 

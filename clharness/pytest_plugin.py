@@ -62,7 +62,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="how long a gate waits for the cases it judges (pytest-xdist) (default: %(default)s)")
     group.addoption("--clh-quick", action="store_true", help="shrunk budgets: the suites' [quick] settings")
     group.addoption("--clh-ensemble", action="store_true",
-                    help="cases that differ only in seed train as one batched model (opted-in methods; others solo)")
+                    help="cases that differ only in seed train as one batched model (opted-in methods; others solo); "
+                         "with -n an ensemble is one xdist unit of work (--dist loadgroup), with --clh-ray one task")
     group.addoption("--clh-preset", action="append", default=[], metavar="FAMILY:NAME",
                     help="a family's published configurations, e.g. gtep:cifar50-1-10tasks (GTEP: also run the "
                          "paper's H* on D^E beside the tuned one); repeatable")

@@ -9,7 +9,10 @@ runs on a GPU; a scenario's ``gpus_per_run``/``cpus_per_run`` option is its defa
 waiting for its own case's record, and the driver alone writes the store; so progress lines, -x,
 -k, --lf, --junitxml, gates and the scorecard behave as in a serial session. At the end of the
 session (normal, -x or Ctrl-C) outstanding tasks are cancelled and every record that had already
-come back is stored, so a rerun trains only the rest.
+come back is stored, so a rerun trains only the rest. With ``--clh-ensemble`` the members of a seed
+ensemble not yet stored go as one task of the same resources (``run_remote_ensemble``: engine.ensemble
+trains them as one batched model) whose records come back together, each stored under its own key; the
+cases that cannot be batched go as one task each.
 
 Plugins travel: the sources of ``conftest.py`` files and plugin files outside the installed packages go
 to the object store once per session and become modules of every worker; local plugin packages go
