@@ -74,6 +74,7 @@ class DualPrompt(clh.Method):
                   "holds --size = 10 from the start; pool_size=M does)",
                   "prompt_selection='batchwise': the code's batch-wise E-prompt vote (leaks the batch's task "
                   "at test time)")
+    later_hparams = {"pool_size": 0}   # added later: stored runs keep their keys
     hparams = {**optimizer_space(lr=0.005, optimizer="adam"),
                "config": clh.Choice(["custom", "imr", "cifar100"], default="custom"),
                "scale_lr": clh.Choice([True, False], default=True),       # lr x batch_size / 256

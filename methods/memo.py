@@ -56,6 +56,7 @@ class MEMO(DER):
         "exemplar_batch_size=64); eval mode, so the exemplars are the same up to rounding",
     )
     version = "2"      # 2: joint rehearsal (PyCIL's steps); shared blocks trained in every task (train_base)
+    later_hparams = {"exemplar_batch_size": 0}   # added later: stored runs keep their keys
     hparams = {**DER.hparams,
                "specialised_share": clh.Float(0.05, 1.0, default=0.7),
                "train_shared": clh.Choice([True, False], default=True),

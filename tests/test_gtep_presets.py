@@ -52,7 +52,7 @@ def test_appendix_strings_parse_into_the_hand_checked_configurations():
                                  "fe_weight": 0.5, "beta1": 0.97, "beta2": 0.93, "compression_epochs": 160}
     memo = presets["cifar50-1-10tasks"]["MEMO"]   # the appendix's typos read as the keys they misspell
     assert memo["paper"]["lambda_aux"] == 0.5 and memo["paper"]["exemplar_bs"] == 32
-    assert memo["hparams"]["aux_weight"] == 0.5 and memo["unmapped"] == ["exemplar_bs"]
+    assert memo["hparams"]["aux_weight"] == 0.5 and memo["hparams"]["exemplar_batch_size"] == 32 and memo["unmapped"] == []
     assert presets["imagenet50-1-10tasks"]["BEEF"] == {"paper": None, "method": "beef", "hparams": None, "unmapped": []}
     l2p = presets["pycil-original"]["L2P"]   # the first "Original" section of an excerpt; names by position
     assert l2p["hparams"] == {"epochs": 10, "lr": 0.001875, "batch_size": 32, "weight_decay": 0, "scheduler": "constant",

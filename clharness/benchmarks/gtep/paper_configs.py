@@ -17,8 +17,8 @@ Deliberate readings (the appendix is not uniform):
   ignored when another LR scheduler is selected" (appendix A.1); PILOT's ``lr_decay_0`` with a
   constant scheduler means the same.
 - The paper's names map to ours where a method here has the same parameter (MAPPING); the others
-  (e.g. MEMO's exemplar batch size, DualPrompt's pool size and top k, WA's stray split ratio in the
-  ImageNet-100 10-task entry) are listed as ``unmapped`` and not applied.
+  (e.g. DualPrompt's top k, always 1, WA's stray split ratio in the ImageNet-100 10-task entry) are
+  listed as ``unmapped`` and not applied.
 """
 from __future__ import annotations
 
@@ -52,12 +52,12 @@ MAPPING = {
     "PODNet": ("podnet", {"lambda_c": "lambda_c", "lambda_f": "lambda_f", "nb_proxy": "proxies",
                           "ft_epochs": "finetune_epochs", "ft_lrate": "finetune_lr", "adaptive_factor": "adaptive_factor"}),
     "DER": ("der", {"lambda_aux": "aux_weight"}),
-    "MEMO": ("memo", {"lambda_aux": "aux_weight"}),
+    "MEMO": ("memo", {"lambda_aux": "aux_weight", "exemplar_bs": "exemplar_batch_size"}),
     "FOSTER": ("foster", {"T": "temperature", "lambda_kd": "kd_weight", "fe": "fe_weight", "beta": ("beta1", "beta2"),
                           "comp_ep": "compression_epochs"}),
     "BEEF": ("beef", {"fusion_ep": "fusion_epochs", "energy_w": "energy_weight", "logits_align": "logits_alignment"}),
     "L2P": ("l2p", {"size": "pool_size", "length": "prompt_length", "top_k": "top_n", "lamb": "pull_lambda"}),
-    "DualPrompt": ("dualprompt", {"L_e": "e_length", "L_g": "g_length", "lamb": "pull_lambda"}),
+    "DualPrompt": ("dualprompt", {"L_e": "e_length", "L_g": "g_length", "lamb": "pull_lambda", "size": "pool_size"}),
     "CODA-Prompt": ("coda_prompt", {"e_pool_size": "pool_size", "e_p_length": "prompt_length", "ortho_mu": "ortho_mu"}),
     "Adam": ("aper", {"ffn_num": "ffn_num"}),   # Adam-Adapter: APER with AdaptFormer adapters
     "Ranpac": ("ranpac", {"ffn_num": "ffn_num", "M": "projection_dim", "pt_num": "prompt_tokens"}),
