@@ -7,6 +7,7 @@ validate a value and draw one.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass, field
@@ -169,6 +170,22 @@ def _parents_first(space: Mapping[str, Param]) -> list[str]:
     for name in space:
         visit(name)
     return order
+
+
+def settle_conditions(space: Mapping[str, Param], fixed: Mapping[str, Any]) -> dict[str, Param]:
+    """``space`` with each condition on a parameter it does not search settled by that parameter's
+    ``fixed`` value (the run's: the suite's, else the default): kept unconditional where it holds,
+    dropped where it does not (RanPAC's prompt tokens when its first phase is the adapter)."""
+    out = {}
+    for key, param in space.items():
+        # parents that are hyperparameters of the run but not searched (an undeclared one stays: check_space names it)
+        outside = {p: allowed for p, allowed in param.when.items() if p not in space and p in fixed}
+        if outside:
+            if not all(fixed.get(p) in allowed for p, allowed in outside.items()):
+                continue
+            param = dataclasses.replace(param, when={p: a for p, a in param.when.items() if p not in outside})
+        out[key] = param
+    return out
 
 
 def check_space(owner: str, space: Mapping[str, Param]) -> None:

@@ -89,9 +89,10 @@ class RanPAC(clh.Method):
         "scheduler": clh.Choice(["constant", "steplr", "cosine"], default="cosine"),
     }
     # GTEP table 5, Ranpac's columns: M, "FFN num", "Prompt token num"
+    # (each PETL knob searched only where its first phase uses it: 20 candidates with the default adapter)
     tuning_space = {"projection_dim": clh.Choice([5000, 10000, 15000, 20000]),
-                    "ffn_num": clh.Choice([4, 8, 16, 32, 64]),
-                    "prompt_tokens": clh.Choice([3, 5, 10, 20, 30, 50])}
+                    "ffn_num": clh.Choice([4, 8, 16, 32, 64], when={"adapter": ["adapter"]}),
+                    "prompt_tokens": clh.Choice([3, 5, 10, 20, 30, 50], when={"adapter": ["vpt"]})}
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)

@@ -42,17 +42,19 @@ def test_selection_items_grid_each_methods_tuning_space(pytester):
     import clharness as clh
     methods = clh.Harness().methods
 
-    def grid(name):
+    def grid(name):   # the product of the declared sets active under the method's defaults
         size = 1
         for p in methods[name].tuning_space.values():
-            size *= len(p.values)
+            if all(methods[name].hparams[parent].default in allowed for parent, allowed in p.when.items()):
+                size *= len(p.values)
         return size
+    assert grid("ranpac") == 4 * 5      # projection_dim x ffn_num: prompt tokens only under adapter = "vpt"
     ids = _collect(pytester, "--clh-suite", "cldyb-cc", "--clh-seeds", "1", "--clh-method", "ranpac",
                    "--clh-method", "er")
     for seq in ("cc", "random", "heldout"):
         for name in ("ranpac", "er"):
             picks = [i for i in ids if i.startswith(f"cldyb-cc::cc/{seq}[{name}-seed0-select-c")]
-            assert len(picks) == grid(name)                         # A-GEM's grid over the declared sets
+            assert len(picks) == grid(name)                         # the grid over the declared sets
             assert f"cldyb-cc::cc/{seq}[{name}-seed0]" in ids
     quick = _collect(pytester, "--clh-suite", "cldyb-cc", "--clh-quick", "--clh-seeds", "1", "--clh-method", "ranpac")
     assert sum("-select-c" in i for i in quick) == 3                # configurations = 1 per searched sequence
@@ -212,8 +214,8 @@ def test_every_table_suite_method_selects_over_a_declared_space_holding_its_defa
     fixed = suite.hparams.get(method, {})
     defaults = resolve_hparams(cls, fixed)
     for spec in suite.scenarios:
-        space = search_space(cls, spec.select_hparams.get("search", {}))
-        assert space == dict(cls.tuning_space)                     # the suites name no sets: the declared space
+        space = search_space(cls, spec.select_hparams.get("search", {}), defaults)
+        assert space and set(space) <= set(cls.tuning_space)      # the suites name no sets: the declared space
         grid = candidates(space, spec.select_hparams.get("configurations", 0), f"{spec.name}/{method}")
         assert len(grid) >= 2
         for config in grid:

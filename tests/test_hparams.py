@@ -48,3 +48,14 @@ def test_empty_or_contradictory_spaces_are_rejected():
         validate_space("m", {"milestones": Int(2, 4, when={"scheduler": ["steplr"]})})
     with pytest.raises(HParamError, match="use clharness.Choice, Float or Int"):
         validate_space("m", {"lr": 0.1})
+
+
+def test_settle_conditions_on_unsearched_parents_by_the_runs_values():
+    from clharness.hparams import Choice, settle_conditions
+    space = {"a": Choice([1, 2], when={"mode": ["x"]}), "b": Choice([3, 4], when={"mode": ["y"]}),
+             "c": Choice([5, 6], when={"ghost": [1]}), "d": Choice([7, 8], when={"a": [1]})}
+    settled = settle_conditions(space, {"mode": "x", "a": 2})
+    assert list(settled) == ["a", "c", "d"]
+    assert settled["a"].when == {} and list(settled["a"].values) == [1, 2]   # active under mode = x, now plain
+    assert settled["c"].when == {"ghost": [1]}                          # not a run hyperparameter: check_space names it
+    assert settled["d"].when == {"a": [1]}                              # a searched parent stays a condition

@@ -63,7 +63,7 @@ import random
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from ..hparams import Choice, HParamError, Param, check_space, choice_from_values, sample
+from ..hparams import Choice, HParamError, Param, check_space, choice_from_values, sample, settle_conditions
 from .runner import Case, build_scenario, case_key, resolve_hparams
 from .scenario import ScenarioError, Task
 from .suites import SuiteError
@@ -72,9 +72,12 @@ from .select_hparams_key import DEFAULTS, EXAMPLE, KEY, OPTION_TYPES, check_opti
 
 
 # ----------------------------------------------------------------------------- search spaces
-def search_space(method_cls, search: Mapping[str, Mapping[str, list]]) -> dict[str, Param] | None:
+def search_space(method_cls, search: Mapping[str, Mapping[str, list]],
+                 fixed: Mapping[str, Any] | None = None) -> dict[str, Param] | None:
     """The method's space: the suite's sets (``search.<method>``, and ``search."*"`` for the parameters
-    it declares), else its ``tuning_space``, else None (nothing to select). Raises HParamError."""
+    it declares), else its ``tuning_space``, else None (nothing to select). A ``tuning_space`` parameter
+    conditional on a parent the space does not search is kept where ``fixed`` (the run's values of the
+    others: the suite's, else the defaults) activates it, and dropped elsewhere. Raises HParamError."""
     name, declared = method_cls.name, method_cls.hparams
     owner = f"{KEY} search space of method {name!r}"
     own = dict(search.get(name, {}))
@@ -88,6 +91,8 @@ def search_space(method_cls, search: Mapping[str, Mapping[str, list]]) -> dict[s
                  for k, v in sets.items()}
     elif getattr(method_cls, "tuning_space", None):
         space = dict(method_cls.tuning_space)
+        if fixed is not None:
+            space = settle_conditions(space, fixed)
     else:
         return None
     for key in space:   # a conditional parameter whose parent is not searched is active as the default is
@@ -173,10 +178,10 @@ def plan(suite, case, method_cls) -> Plan | None:
     """The selection of ``case`` (a full run whose spec has ``select_hparams``), or None when its
     method has no search space. Raises HParamError on a bad space."""
     o = options(case.scenario.select_hparams)
-    space = search_space(method_cls, o["search"])
+    base = suite.hparams.get(method_cls.name, {})
+    space = search_space(method_cls, o["search"], {k: base.get(k, p.default) for k, p in method_cls.hparams.items()})
     if space is None:
         return None
-    base = suite.hparams.get(method_cls.name, {})
     configs = candidates(space, o["configurations"], f"{case.scenario.name}/{method_cls.name}")
     cases = [SelectionCase(case.suite, replace(case.scenario, name=f"{case.scenario.name}:select-c{k}",
                                                select_hparams=None),

@@ -26,7 +26,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from ...hparams import GENERAL, GENERAL_TABLES, HParamError, Param, check_space, choice_from_values, general_space
+from ...hparams import (GENERAL, GENERAL_TABLES, HParamError, Param, check_space, choice_from_values, general_space,
+                        settle_conditions)
 from ...results import RunRecord
 
 BUDGET = ("epochs", "batch_size")   # general parameters that are scenario budgets, not method arguments
@@ -93,6 +94,8 @@ def method_space(method_cls, options: Mapping[str, Any]) -> MethodSpace:
             raise HParamError(f"{owner}: tuning_space names {key!r}, which {name!r} does not declare in hparams "
                               f"(declared: {sorted(method_cls.hparams)})")
     space.update(own)
+    # a parameter conditional on one this space does not search: settled by the run's value
+    space = settle_conditions(space, {**{k: p.default for k, p in method_cls.hparams.items()}, **options.get("fixed", {})})
     fixed = {}
     for key, value in options.get("fixed", {}).items():
         if key in accepted:
