@@ -353,6 +353,8 @@ def test_each_phase_runs_the_papers_architecture_for_its_dataset(harness, suite_
             where = run.dataset + (f":{run.dataset_options['path']}" if "path" in run.dataset_options else "")
             assert _arch(run) == PAPER_ARCH[where], (spec.name, phase)
             assert run.augment == ("cifar" if where == "cifar100" else "imagenet"), (spec.name, phase)
+            # trained from scratch, as section 5 does (no pretrained weights in the non-pretrained suites)
+            assert not run.backbone_options.get("pretrained", False) and "checkpoint" not in run.backbone_options
 
 
 def test_eval_spec_changes_only_the_evaluation_phase(harness):
