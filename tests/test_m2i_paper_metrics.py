@@ -139,3 +139,17 @@ def test_an_explicit_normalize_wins_over_the_authors_constants(root):
     spec = with_overrides(spec, normalize="none")
     sc = build_scenario(spec, BUILTIN_SOURCES, 0, CPU, root)
     assert float(_value_of(sc.tasks[0].train, 200)[0]) == pytest.approx(200 / 255, rel=1e-5)
+
+
+def test_an_md_scorecard_gets_the_papers_acc_bwt_and_the_authors_bwt_appended(tmp_path):
+    from clharness.benchmarks.m2i.kind import write_scorecard
+    path = tmp_path / "card.md"
+    path.write_text("scorecard\n")
+    write_scorecard(path, [record(0), record(1)], None)
+    text = path.read_text()
+    assert text.startswith("scorecard\n") and "## " in text
+    assert "BWT (authors' code)" in text and f"{np.mean([by_hand(R[s])['acc'] for s in (0, 1)]):.3f}" in text
+    json_path = tmp_path / "card.json"
+    json_path.write_text("{}")
+    write_scorecard(json_path, [record(0)], None)
+    assert json_path.read_text() == "{}"   # .json and .csv already hold every run's metrics
