@@ -61,8 +61,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--clh-gate-timeout", type=float, default=3600, metavar="SECONDS",
                     help="how long a gate waits for the cases it judges (pytest-xdist) (default: %(default)s)")
     group.addoption("--clh-quick", action="store_true", help="shrunk budgets: the suites' [quick] settings")
-    group.addoption("--clh-ensemble", action="store_true",
+    # seeds | hparams, checked in pytest_configure (argparse's choices would reject a path that follows a plain
+    # --clh-ensemble before pytest_load_initial_conftests can tell them apart)
+    group.addoption("--clh-ensemble", nargs="?", const="seeds", default=None, metavar="seeds|hparams",
                     help="cases that differ only in seed train as one batched model (opted-in methods; others solo); "
+                         "=hparams: also cases that differ only in float hyperparameters (lr, a loss weight); "
+                         "default: a suite's [suite] ensemble key; "
                          "with -n an ensemble is one xdist unit of work (--dist loadgroup), with --clh-ray one task")
     group.addoption("--clh-preset", action="append", default=[], metavar="FAMILY:NAME",
                     help="a family's published configurations, e.g. gtep:cifar50-1-10tasks (GTEP: also run the "
@@ -84,7 +88,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "Ray task reserves (default: the scenario's cpus_per_run, else 1)")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args: list[str]) -> None:
+    """A plain ``--clh-ensemble`` followed by a path (``pytest --clh-ensemble suites/x.toml``): argparse
+    would take the path as the option's value (nargs="?"); the plain flag means seeds."""
+    for i, arg in enumerate(args):
+        if arg == "--clh-ensemble" and (i + 1 == len(args) or args[i + 1] not in ("seeds", "hparams")):
+            args[i] = "--clh-ensemble=seeds"
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("clh_ensemble") not in (None, "seeds", "hparams"):
+        raise pytest.UsageError(f"--clh-ensemble={config.getoption('clh_ensemble')}: choose seeds or hparams "
+                                "(plain --clh-ensemble: seeds)")
     _pin_xdist_worker(config)
     _schedule_ensembles(config)
     clh = ClhSession(config)
@@ -140,12 +156,12 @@ def _schedule_ensembles(config: pytest.Config) -> None:
     ``xdist_group`` mark and ``--dist loadgroup`` sends them to one worker, which trains them together;
     plain ``-n N`` (``--dist load``, which would split them) becomes loadgroup here. The worker is told
     the controller's mode (``pytest_configure_node``): xdist sets its own from the command line only."""
-    if not config.getoption("clh_ensemble"):
-        return
     workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None:
+    if workerinput is not None:   # also without the option: a suite's [suite] ensemble key groups too
         if workerinput.get("clh_dist") == "loadgroup":
             config.option.loadgroup = True   # the worker suffixes its node ids with the group (xdist.remote)
+        return
+    if not config.getoption("clh_ensemble"):
         return
     dist = config.getoption("dist", "no")
     if dist == "load":   # -n's default: loadgroup is load for the items without a group
@@ -352,8 +368,9 @@ class ClhSession:
             session.ihook.pytest_collectreport(report=report)
             if report.passed:
                 items.extend(report.result)
-        if config.getoption("clh_ensemble") and config.getoption("loadgroup", False):
-            # an xdist worker under --dist loadgroup: an ensemble's items go to one worker (_schedule_ensembles)
+        if config.getoption("loadgroup", False):
+            # an xdist worker under --dist loadgroup: an ensemble's items go to one worker (_schedule_ensembles),
+            # with --clh-ensemble or a suite's [suite] ensemble key (xdist_groups names only those)
             from .engine.ensemble import xdist_groups
             names = xdist_groups(self.engine, [item.unit for item in items if isinstance(item, UnitItem)])
             for item in items:

@@ -49,7 +49,7 @@ class Records(list):
 
 
 def _options(results, quick, device, fresh, methods, seeds, data_root, download, plugins, presets,
-             ensemble: bool = False) -> Options:
+             ensemble: bool | str | None = False) -> Options:
     return Options(results=results, fresh=fresh, quick=quick, seeds=seeds, ensemble=ensemble,
                    methods=tuple([methods] if isinstance(methods, str) else methods or ()), device=device,
                    data_root=str(data_root) if data_root else None, download=download,
@@ -59,13 +59,15 @@ def _options(results, quick, device, fresh, methods, seeds, data_root, download,
 def run(suite: str | Path, methods: str | Iterable[str] | None = None, seeds: int | None = None,
         results: str | Path = ".clharness/results.sqlite", quick: bool = False, device: str = "auto",
         fresh: bool = False, data_root: str | Path | None = None, download: bool = False,
-        plugins: str | Iterable[str] = (), presets: Iterable[str] = (), ensemble: bool = False) -> Records:
+        plugins: str | Iterable[str] = (), presets: Iterable[str] = (), ensemble: bool | str | None = False) -> Records:
     """Run ``suite`` (a registered name or a .toml path) and return its records.
 
     ``methods``: only these (default: the suite's); ``seeds``: seeds 0..N-1 (default: the suite's);
     ``results``: the SQLite store (stored runs are reused unless ``fresh``); ``quick``: the suite's
     ``[quick]`` budgets; ``plugins``: modules or .py files registering methods (``--clh-plugin``);
-    ``ensemble``: cases that differ only in seed train as one batched model (engine.ensemble).
+    ``ensemble``: True or "seeds": cases that differ only in seed train as one batched model; "hparams":
+    also cases that differ only in float hyperparameters (engine.ensemble); False: as the suite's
+    ``[suite] ensemble`` key says.
     A bad suite raises before anything trains; a failing case is a record with its status, never an
     exception."""
     from .plan import expand, resolve_suite

@@ -167,14 +167,6 @@ def why_solo(case, method_cls, harness=None, device: torch.device | None = None)
         return f"setting {spec.setting}: only class- and task-incremental task protocols are batched"
     if getattr(spec, "eval_every", 0):
         return "continual evaluation (eval_every) scores members mid-task"
-    hp = case.hparams
-    if hp.get("optimizer", "sgd") not in ("sgd", "adam", "adamw"):
-        return f"optimizer {hp.get('optimizer')!r} is not known to be elementwise"
-    if hp.get("scheduler", "constant") != "constant":
-        return ("a learning-rate schedule steps per epoch, and members' epochs differ in length "
-                "(their task sizes differ by seed)")
-    if hp.get("clip_grad", 0.0):
-        return "gradient clipping by total norm is not elementwise over members"
     if getattr(spec, "amp", False) and device is not None and device.type == "cuda":
         return "mixed precision (GradScaler) keeps one scale for the whole ensemble"
     if harness is not None and getattr(harness, "wants_training_loss", False):
@@ -191,18 +183,57 @@ def _trains_own_case(unit) -> bool:
             and (unit.run is run_case_unit or getattr(unit.run, "trains_case", False) is True))
 
 
-def _ensemble_id(case) -> str:
-    """What the members of one ensemble share: the case but for its seed (suite, scenario, method, hparams)."""
+MODES = ("seeds", "hparams")
+
+
+def mode(session, unit) -> str | None:
+    """How ``unit``'s case may be grouped: the session's ``--clh-ensemble[=seeds|hparams]`` (``ensemble=``
+    of clharness.run; True is "seeds"), else its suite's ``[suite] ensemble`` key; None: solo. An execution
+    mode, not part of what a run computes: it enters no record key."""
+    option = session.options.ensemble
+    if option is True:
+        option = "seeds"
+    if option and option not in MODES:
+        raise ValueError(f"ensemble = {option!r}; choose seeds or hparams")
+    if option:
+        return option
+    return _suite_mode(str(unit.path)) if getattr(unit, "path", None) else None
+
+
+@functools.lru_cache(maxsize=64)
+def _suite_mode(path: str) -> str | None:
+    from .suites import load_suite
+    try:
+        return load_suite(path).ensemble or None
+    except Exception:   # noqa: BLE001 - a unit whose file no longer loads runs solo (as without the key)
+        return None
+
+
+def shared_hparams(hparams: dict, how: str = "seeds") -> dict:
+    """What the members of one ensemble share of their hyperparameters. "seeds": all of them. "hparams":
+    all but the float-valued ones (lr, a loss weight, a temperature: they change no shape and no control
+    flow; each member reads its own, ``_train_task``), whose names only must match. An int (epochs,
+    batch_size, num_milestones), a string (scheduler, optimizer) or a bool must be equal."""
+    if how != "hparams":
+        return {"hparams": hparams}
+    floats = {k for k, v in hparams.items() if isinstance(v, float)}
+    return {"hparams": {k: v for k, v in hparams.items() if k not in floats}, "floats": sorted(floats)}
+
+
+def _ensemble_id(case, how: str = "seeds") -> str:
+    """What the members of one ensemble share: the case but for its seed (suite, scenario, method, hparams);
+    under "hparams" also but for its float hyperparameters (``shared_hparams``)."""
     from ..results import run_key
     from .suites import spec_definition
     return run_key({"type": type(case).__qualname__, "suite": case.suite, "scenario": spec_definition(case.scenario),
-                    "method": case.method, "hparams": case.hparams})
+                    "method": case.method, **shared_hparams(case.hparams, how), "mode": how})
 
 
-def ensembles(units) -> list[list]:
-    """``units`` (in order) as would-be seed ensembles: the units that train their own case, grouped by
-    the case but for its seed, one unit per record key (units that share a key, GTEP tuning runs of two
-    scenarios: the first trains it, ``Session.owner``). Groups of one included; stored keys not removed."""
+def ensembles(units, session=None) -> list[list]:
+    """``units`` (in order) as would-be ensembles: the units that train their own case and whose
+    ``mode`` is on (without a session: all, by seed), grouped by ``_ensemble_id``, one unit per record key
+    (units that share a key, GTEP tuning runs of two scenarios: the first trains it, ``Session.owner``).
+    Groups of one included; stored keys not removed."""
     owners: dict[str, object] = {}
     for u in units:
         if u.key:
@@ -210,7 +241,9 @@ def ensembles(units) -> list[list]:
     groups: dict[str, list] = {}
     for u in units:
         if _trains_own_case(u) and owners[u.key] is u:
-            groups.setdefault(_ensemble_id(u.case), []).append(u)
+            how = mode(session, u) if session is not None else "seeds"
+            if how:
+                groups.setdefault(_ensemble_id(u.case, how), []).append(u)
     return list(groups.values())
 
 
@@ -229,11 +262,11 @@ def xdist_groups(session, units) -> dict:
     to one worker, which then trains the ensemble), for the ensembles of two or more batchable members.
     Every worker collects the same units in the same order, so every worker names the same groups."""
     out = {}
-    for group in ensembles(units):
+    for group in ensembles(units, session):
         case = group[0].case
         if len(group) >= 2 and why_solo(case, session.harness.methods[case.method], session.harness,
                                         session.device) is None:
-            name = f"clh-ensemble-{_ensemble_id(case)}"
+            name = f"clh-ensemble-{_ensemble_id(case, mode(session, group[0]))}"
             out.update((u, name) for u in group)
     return out
 
@@ -257,7 +290,7 @@ def member_record(session, unit, case, method_cls, key: str):
         return None
     cached = session.__dict__.get("_ensembles")
     if cached is None or cached[0] is not session.units:   # once per schedule
-        cached = session.__dict__["_ensembles"] = (session.units, ensembles(session.units))
+        cached = session.__dict__["_ensembles"] = (session.units, ensembles(session.units, session))
     group = next((g for g in cached[1] if unit in g), [unit])
     stored = (lambda k: False) if session.options.fresh else (lambda k: session.store.reusable(k) is not None)
     group = [u for u in group if u is unit or (u.key not in stash and not stored(u.key))]
@@ -429,6 +462,8 @@ def run_ensemble(cases: list, harness, device: torch.device, data_root=None, dow
 
 
 # ------------------------------------------------------------------------------------------ one task
+_HP = "__hp__"   # the stacked state's entry for the hyperparameters that differ between members
+
 class _View:
     """What the method's own ``loss`` reads of ``self`` for one member, inside ``vmap``: ``model``
     (the functional call on the member's parameters), ``labels`` (its task grouping), ``hp``, the
@@ -484,8 +519,36 @@ def _rows(tree, at):
     return tree.index_select(0, at)
 
 
+def _uniform(trainers: list) -> bool:
+    """Whether one elementwise optimizer over the stacked parameters steps every member exactly as its
+    own trainer would: one class (SGD, Adam, AdamW: elementwise), the same hyperparameters, no schedule
+    (it steps at each member's own epoch ends) and no clipping (a norm over each member's own gradients)."""
+    first = trainers[0]
+    return (type(first.optimizer) in (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)
+            and all(type(t.optimizer) is type(first.optimizer) and t.optimizer.defaults == first.optimizer.defaults
+                    and t.scheduler is None and not t.clip_grad > 0 for t in trainers))
+
+
+def _member_step(trainer) -> None:
+    """After the batched backward: what ``Trainer.step`` does after its own backward (AMP is never batched,
+    ``why_solo``): clip, step, count the step, and step the schedule when the member's own epoch ends."""
+    if trainer.clip_grad > 0:
+        trainer._clip()
+    trainer.optimizer.step()
+    trainer.steps += 1
+    if trainer.scheduler is not None and trainer.steps % trainer.epoch_steps == 0:
+        trainer.scheduler.step()
+
+
 def _train_task(members: list[_Member]) -> None:
-    """One task of every member: their ``fit(batches)`` calls trained as one batched model."""
+    """One task of every member: their ``fit(batches)`` calls trained as one batched model.
+
+    Two ways to step. Shared: every member's trainer is the same constant elementwise optimizer
+    (``_uniform``): the parameters are stacked once (``stack_module_state``) and one optimizer steps the
+    stack. Own: otherwise (a schedule, clipping, members' own lr or momentum under "hparams"): each
+    member keeps its model's own parameters and the trainer its solo fit builds (``Trainer.for_method``);
+    each step's forward reads ``torch.stack`` of the members' parameters, whose backward hands each member
+    its own gradients, and each member's optimizer (and schedule) steps as in its solo run."""
     from torch.func import stack_module_state, vmap
 
     import torch.nn.functional as F
@@ -497,11 +560,15 @@ def _train_task(members: list[_Member]) -> None:
     models = [method.model for method in methods]
     for model in models:
         model.train()
-    params, buffers = stack_module_state(models)
+    own = [Trainer.for_method(method) for method in methods]   # each member's, as its solo fit builds it
+    shared = _uniform(own)
+    params, buffers = stack_module_state(models)   # the buffers (BatchNorm's statistics) are stacked either way
+    if shared:
+        optimizer = Trainer.for_method(methods[0], params=params.values()).optimizer   # every member's own
+    else:
+        leaves = [dict(model.named_parameters()) for model in models]
     base = copy.deepcopy(models[0]).to("meta")
     base.train()
-    trainer = Trainer.for_method(methods[0], params=params.values())   # the members' hyperparameters
-    optimizer = trainer.optimizer
     task_il = methods[0].labels.task_il
     groups = {"group": torch.stack([method.labels.group for method in methods]),
               "current": torch.stack([method.labels.current for method in methods])}
@@ -518,7 +585,16 @@ def _train_task(members: list[_Member]) -> None:
             bases[name] = copy.deepcopy(values[0]).to("meta").train(values[0].training)
         else:
             state[name] = _tree(values)
-    hp = methods[0].hp
+    # each member's own hyperparameters inside its loss: those whose values differ between members (the float
+    # ones of an "hparams" ensemble: a loss weight, a temperature) go in as stacked 0-d tensors, vmapped
+    hp = dict(methods[0].hp)
+    varying = [k for k in hp if any(method.hp.get(k) != hp[k] for method in methods)]
+    if any(not isinstance(method.hp.get(k), float) for k in varying for method in methods):
+        raise MethodError(f"the members' hyperparameters {varying} differ in more than float values")
+    if varying:
+        first = next(iter(params.values()))
+        state[_HP] = {k: torch.tensor([method.hp[k] for method in methods], dtype=first.dtype, device=first.device)
+                      for k in varying}
     parts = [m.step for m in members]   # (prepare, loss name, after) of a STEPS loss, or None
     if len({s and (s[1], s[2] and s[2].__name__) for s in parts}) > 1:
         raise MethodError("the members' fit calls differ in their loss")
@@ -528,8 +604,10 @@ def _train_task(members: list[_Member]) -> None:
         labels = types.SimpleNamespace(task_il=task_il, group=lab["group"], current=lab["current"])
         labels.mask = types.MethodType(TaskLabels.mask, labels)
         labels.mask_current = types.MethodType(TaskLabels.mask_current, labels)
-        own = {**fixed, **{k: (_FModel(bases[k], *v) if k in bases else v) for k, v in s.items()}}
-        return getattr(_View(cls, _FModel(base, p, b), labels, hp, own), loss_name)(*args)
+        s = dict(s)
+        mine = {**hp, **s.pop(_HP, {})}
+        attrs = {**fixed, **{k: (_FModel(bases[k], *v) if k in bases else v) for k, v in s.items()}}
+        return getattr(_View(cls, _FModel(base, p, b), labels, mine, attrs), loss_name)(*args)
 
     # hand-batched layers (bmm) where every layer is known and the loss is SupervisedMethod's, else vmap
     batched = _stacked_forward(models[0]) if not names and loss_name == "loss" else None
@@ -571,11 +649,14 @@ def _train_task(members: list[_Member]) -> None:
         moved, total = [], None
         for idx in by_shape.values():
             A = [torch.stack([args[e][i] for e in idx]) for i in range(len(args[idx[0]]))]
+            if not shared:   # the members' own parameters, stacked (differentiable: each gets its own gradient)
+                P = {k: torch.stack([leaves[e][k] for e in idx]) for k in leaves[0]}
             if full:
-                losses = group_losses(params, buffers, A, groups, state)
+                losses = group_losses(params if shared else P, buffers, A, groups, state)
             else:
                 at = torch.tensor(idx, device=A[0].device)
-                P = {k: p.index_select(0, at) for k, p in params.items()}
+                if shared:
+                    P = {k: p.index_select(0, at) for k, p in params.items()}
                 B = {k: b.index_select(0, at) for k, b in buffers.items()}
                 losses = group_losses(P, B, A, _rows(groups, at), _rows(state, at))
                 with torch.no_grad():
@@ -597,6 +678,15 @@ def _train_task(members: list[_Member]) -> None:
             if ok:   # members are independent: the gradient of the sum is each member's own gradient
                 part = losses.sum() if len(ok) == len(idx) else losses[ok].sum()
                 total = part if total is None else total + part
+        if not shared:   # each member's own trainer steps (a member that did not move has no gradient)
+            if total is not None:
+                for e in moved:
+                    own[e].optimizer.zero_grad(set_to_none=True)
+                total.backward()
+                for e in moved:
+                    _member_step(own[e])
+            steps += 1
+            continue
         still = sorted(set(range(E)) - set(moved))
         if still:
             at = torch.tensor(still)
@@ -613,7 +703,8 @@ def _train_task(members: list[_Member]) -> None:
     with torch.no_grad():   # every member's weights back into its own model
         for e, model in enumerate(models):
             for name, p in model.named_parameters():
-                p.copy_(params[name][e])
+                if shared:
+                    p.copy_(params[name][e])
             for name, b in model.named_buffers():
                 b.copy_(buffers[name][e])
     spent = time.perf_counter() - t0

@@ -46,7 +46,9 @@ class Options:
     gate_timeout: float = 3600.0
     compare: str | None = None               # a saved scorecard JSON to gate against
     max_drops: dict[str, float] = field(default_factory=dict)
-    ensemble: bool = False                   # --clh-ensemble: seeds of one case train as one batched model (engine.ensemble)
+    # --clh-ensemble[=seeds|hparams] (True: seeds): cases differing only in seed (or float hyperparameters) train as
+    # one batched model (engine.ensemble); None/False: as each suite's [suite] ensemble key says
+    ensemble: bool | str | None = False
 
 
 class Session:
@@ -177,8 +179,8 @@ class Session:
         import time as _time
         import traceback
 
-        if self.options.ensemble:   # a member of a seed ensemble (engine.ensemble), else solo
-            from .ensemble import member_record
+        from .ensemble import member_record, mode
+        if mode(self, unit):   # a member of an ensemble (engine.ensemble), else solo
             record = member_record(self, unit, case, method_cls, key)
             if record is not None:
                 return record

@@ -5,6 +5,7 @@
     seeds = 3
     methods = ["finetune", "er"]        # optional; default: every method that supports the setting
     planned_methods = ["clser"]         # optional: run when registered, else shown as skipped "not registered"
+    ensemble = "seeds"                  # optional: batch cases as --clh-ensemble does ("seeds" | "hparams")
 
     [defaults]                          # any scenario key, applied to every scenario
     backbone = "mlp"
@@ -118,7 +119,7 @@ SETTINGS = ("class-incremental", "task-incremental", "online", "domain-increment
 CHOICES = {"setting": SETTINGS, "class_order": ("seed", "fixed"),
            "normalize": ("dataset", "none", "imagenet", "timm"),   # toolkit.backbones.NORMALIZATIONS
            "memory_encoder": ("trained", "never")}   # method.MEMORY_ENCODER_READINGS; kind: checked against clharness.kinds
-SUITE_KEYS = ("name", "description", "seeds", "methods", "planned_methods")
+SUITE_KEYS = ("name", "description", "seeds", "methods", "planned_methods", "ensemble")
 RESOURCE_KEYS = ("cpus_per_run", "gpus_per_run")   # Ray task resources per run (--clh-ray), any scenario table
 TOP_KEYS = ("suite", "defaults", "quick", "scenario", "hparams", "gates")
 
@@ -137,6 +138,9 @@ class Suite:
     hparams: dict[str, dict[str, Any]] = field(default_factory=dict)
     gates: tuple = ()                                    # clharness.reporting.gates.Gate, judged after the cases
     resources: dict[str, dict[str, float]] = field(default_factory=dict)   # scenario -> cpus/gpus_per_run
+    # "seeds" | "hparams": train cases as ensembles (engine.ensemble) unless --clh-ensemble says otherwise;
+    # how runs execute, not what they compute: no part of any record key
+    ensemble: str = ""
 
 
 def is_suite_file(path: Path) -> bool:
@@ -208,12 +212,15 @@ def load_suite(path: str | Path, quick: bool = False) -> Suite:
         scenarios.append(fast if quick else plain)
         resources[plain.name] = own_quick if quick else own
 
+    ensemble = head.get("ensemble", "")
+    if ensemble not in ("", "seeds", "hparams"):
+        raise SuiteError(f"{path}: [suite] ensemble = {ensemble!r}; allowed values: seeds, hparams")
     hparams = data.get("hparams", {})
     if not isinstance(hparams, dict) or not all(isinstance(v, dict) for v in hparams.values()):
         raise SuiteError(f"{path}: [hparams.<method>] tables expected, got {hparams!r}")
     return Suite(name=name, path=path, scenarios=tuple(scenarios), description=head.get("description", ""),
                  seeds=seeds, methods=tuple(methods), planned_methods=tuple(planned), hparams=hparams, gates=_gates(path, data, seen),
-                 resources={k: v for k, v in resources.items() if v})
+                 resources={k: v for k, v in resources.items() if v}, ensemble=ensemble)
 
 
 def _take_resources(path, where, table: dict) -> dict:
