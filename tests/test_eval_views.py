@@ -92,3 +92,14 @@ def test_top5_is_stored_from_100_classes_on_and_never_below_top1(tmp_path):
     assert top5.shape == R.shape == (2, 2)
     assert (top5 >= R - 1e-12).all() and r.metrics["final_top5"] >= r.metrics["final_acc"]
     assert (top5 > R).any()   # 100 classes, near chance: the top five catch more than the top one
+
+
+def test_the_scorecard_shows_both_views_when_asked():
+    from clharness.reporting.report import render_text
+    from clharness.results import RunRecord
+    records = [RunRecord(suite="s", scenario="ci", method="er", seed=seed, status="passed",
+                         metrics={"final_acc": 0.5 + seed / 10, "final_acc_task_il": 0.9}) for seed in (0, 1)]
+    text = render_text(records, ["final_acc", "final_acc_task_il"])
+    head = next(line for line in text.splitlines() if "final acc" in line)
+    assert "final acc (task-IL)" in head                  # a second column, the task-IL view, named
+    assert "0.550" in text and "0.900" in text

@@ -20,7 +20,7 @@ HEADERS = {"final_acc": "final acc", "avg_inc_acc": "avg inc acc", "forgetting":
            "train_seconds": "train s", "eval_seconds": "eval s", "memory_mb": "memory MB",
            "peak_cuda_mb": "peak CUDA MB", "parameters": "params",
            "min_acc": "min-ACC", "wc_acc": "WC-ACC", "stability_gap": "stability gap", "gap_recovery": "gap recovery",
-           "a_auc": "A_AUC"}
+           "a_auc": "A_AUC", "final_acc_task_il": "final acc (task-IL)"}
 # continual evaluation's metrics (eval_every; metrics.continual_metrics): shown by default where a run has them
 CONTINUAL = ("min_acc", "wc_acc", "stability_gap", "gap_recovery", "a_auc")
 KEYS = ["suite", "scenario", "method"]
