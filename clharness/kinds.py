@@ -25,6 +25,8 @@ and optionally
     split_scenario(name) -> (scenario, phase, k) | None   scenario names that are phases of one scenario
     preset_seeds(presets, suite) -> int | None   the seeds a ``--clh-preset FAMILY:NAME`` of the kind
                               asks of ``suite`` (STF's Table 1: 20 runs); None: not its preset or suite
+    PSEUDO_METHODS = (...)    method names of its records that are protocol steps, not methods (CLDyB's
+                              sequence search): left out of comparisons between methods
 A kind's ``cli`` module (optional, kept light: no torch) adds its ``clharness`` subcommands:
     add_commands(subparsers) -> {command: run(args) -> exit code}
 Keys of a [[scenario]] table outside the common ones go to ``spec.options`` and are checked
@@ -100,6 +102,11 @@ def split_scenario(name: str):
         if parsed is not None:
             return parsed
     return None
+
+
+def pseudo_methods() -> frozenset[str]:
+    """Every kind's ``PSEUDO_METHODS``: record method names that are protocol steps, not methods."""
+    return frozenset(name for module in kind_modules() for name in getattr(module, "PSEUDO_METHODS", ()))
 
 
 def preset_seeds(presets, suite) -> int | None:

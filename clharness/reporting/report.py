@@ -98,8 +98,8 @@ def render_text(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, 
 def pseudo_method(record: RunRecord) -> bool:
     """A record whose method field names a protocol step, not a method (CLDyB's sequence search):
     it has no place in a comparison of methods (radars, colours, tests between methods)."""
-    from ..benchmarks.cldyb.summary import SEARCH_METHOD
-    return record.method == SEARCH_METHOD
+    from ..kinds import pseudo_methods
+    return record.method in pseudo_methods()
 
 
 def _tuning_rows(summary):

@@ -28,6 +28,7 @@ import numpy as np
 
 from ...engine.suites import ScenarioSpec
 from .summary import SEARCH_METHOD, USE_CASES, _final_aa, summary_rows  # noqa: F401  (shared with report_html)
+PSEUDO_METHODS = (SEARCH_METHOD,)   # the search's own records: a protocol step, no method (clharness.kinds)
 
 MULTI_DATASET = True
 SELECTS_HPARAMS = True   # collect() applies select_hparams to the replays (clharness.engine.hparam_selection)
