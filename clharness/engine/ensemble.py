@@ -222,10 +222,15 @@ def shared_hparams(hparams: dict, how: str = "seeds") -> dict:
 
 def _ensemble_id(case, how: str = "seeds") -> str:
     """What the members of one ensemble share: the case but for its seed (suite, scenario, method, hparams);
-    under "hparams" also but for its float hyperparameters (``shared_hparams``)."""
+    under "hparams" also but for its float hyperparameters (``shared_hparams``) and its scenario's name (a
+    label: GTEP writes the configuration there, ``<scenario>:tune-c<k>``; each member builds its own
+    scenario from its own case anyway, so a name could change only the member's data, never a shape)."""
     from ..results import run_key
     from .suites import spec_definition
-    return run_key({"type": type(case).__qualname__, "suite": case.suite, "scenario": spec_definition(case.scenario),
+    scenario = spec_definition(case.scenario)
+    if how == "hparams":
+        del scenario["name"]
+    return run_key({"type": type(case).__qualname__, "suite": case.suite, "scenario": scenario,
                     "method": case.method, **shared_hparams(case.hparams, how), "mode": how})
 
 
