@@ -545,6 +545,24 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("cldyb-er-tuning-space-without-its-default-lr", "methods/er.py",
              'tuning_space = {"lr": clh.Choice([0.01, 0.03, 0.1, 0.2])}', 'tuning_space = {"lr": clh.Choice([0.01, 0.03, 0.2])}',
              ("tests/test_cldyb_protocol_round2.py::test_every_table_suite_method_selects_over_a_declared_space_holding_its_defaults",)),
+    # ensembles (issue 32): each member steps its own trainer (its schedule at its own epoch ends, its own lr);
+    # "hparams" groups by float values only, and each member's loss reads its own float hyperparameters
+    Mutation("ensemble-member-schedule-steps-at-the-wrong-count", "clharness/engine/ensemble.py",
+             "trainer.steps % trainer.epoch_steps == 0", "(trainer.steps + 1) % trainer.epoch_steps == 0",
+             ("tests/test_ensemble_hparams.py::test_trainer_step_by_step_equals_each_members_solo_fit",
+              "tests/test_ensemble_hparams.py::test_scheduled_members_equal_their_solo_runs")),
+    Mutation("ensemble-members-use-member-0s-lr", "clharness/engine/ensemble.py",
+             "own = [Trainer.for_method(method) for method in methods]",
+             'own = [Trainer.for_method(method, lr=methods[0].hp["lr"]) for method in methods]',
+             ("tests/test_ensemble_hparams.py::test_trainer_step_by_step_equals_each_members_solo_fit",
+              "tests/test_ensemble_hparams.py::test_members_with_their_own_lr_equal_their_solo_runs")),
+    Mutation("ensemble-hparams-groups-int-hyperparameters", "clharness/engine/ensemble.py",
+             "floats = {k for k, v in hparams.items() if isinstance(v, float)}",
+             "floats = {k for k, v in hparams.items() if isinstance(v, (int, float))}",
+             ("tests/test_ensemble_hparams.py::test_hparams_grouping_is_float_values_only",)),
+    Mutation("ensemble-loss-reads-member-0s-hparams", "clharness/engine/ensemble.py",
+             "mine = {**hp, **s.pop(_HP, {})}", "mine = {**s.pop(_HP, {}), **hp}",
+             ("tests/test_ensemble_hparams.py::test_members_with_their_own_ewc_lambda_equal_their_solo_runs",)),
 )
 
 
