@@ -110,11 +110,12 @@ def gtep_suite(folder, variant: str):
     return path
 
 
-def gtep_phase(path, ensemble: bool, store, quick: bool = False):
+def gtep_phase(path, ensemble, store, quick: bool = False):
     """Every tuning unit of the suite at ``path`` (all methods, configurations and trials; units of the
     two scenarios that share one tuning phase are trained once), run as a pytest session runs them
-    (Session.execute, in order, through a fresh results store); --clh-ensemble or not. Returns wall
-    and CPU seconds of the units (not the suite's expansion) and key -> record."""
+    (Session.execute, in order, through a fresh results store); ``ensemble``: False (solo), "seeds" or
+    "hparams" (--clh-ensemble[=hparams]). Returns wall and CPU seconds of the units (not the suite's
+    expansion) and key -> record."""
     from clharness.engine import outcomes
     from clharness.engine.plan import expand
     from clharness.engine.session import Options, Session
@@ -141,39 +142,49 @@ def gtep_phase(path, ensemble: bool, store, quick: bool = False):
         session.close()
 
 
+GTEP_MODES = ("seeds", "hparams")   # the ensembles measured against solo
+
+
 def gtep_main(repeats: int) -> None:
     import os
     import tempfile
     print(f"gtep-digits tuning phase (6 methods x R = 6 configurations x S = 2 trials, the two scenarios share it), "
           f"CPU, 1 thread, median of {repeats} interleaved repeats (wall seconds); load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"{'suite':12} {'runs':>4} {'batched':>7} {'solo':>8} {'ensemble':>9} {'ratio':>6}   "
+    print(f"{'suite':12} {'mode':8} {'runs':>4} {'batched':>7} {'size':>5} {'solo':>6} {'ens':>6} {'ratio':>6}   "
           f"{'train solo':>10} {'train ens':>9} {'ratio':>6}   {'cpu solo':>8} {'cpu ens':>7} {'ratio':>6}  equal (1e-4)")
+    torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as folder:
         n = 0
         for variant in GTEP_VARIANTS:
             path = gtep_suite(folder, variant)
-            for ens in (False, True):   # warm up: imports, data, kernels
+            for mode in (False, *GTEP_MODES):   # warm up: imports, data, kernels
                 n += 1
-                gtep_phase(path, ens, f"{folder}/{n}.sqlite", quick=True)
-            s_wall, e_wall, s_cpu, e_cpu, s_train, e_train, equal = [], [], [], [], [], [], set()
-            for _ in range(repeats):
-                n += 1
-                w, c, a = gtep_phase(path, False, f"{folder}/{n}.sqlite")
-                s_wall.append(w), s_cpu.append(c), s_train.append(sum(r.train_seconds for r in a.values()))
-                n += 1
-                w, c, b = gtep_phase(path, True, f"{folder}/{n}.sqlite")
-                e_wall.append(w), e_cpu.append(c), e_train.append(sum(r.train_seconds for r in b.values()))
-                assert a.keys() == b.keys()
-                equal.add(sum(a[k].status == b[k].status and np.allclose(
-                    np.array(a[k].acc_matrix, dtype=float), np.array(b[k].acc_matrix, dtype=float),
-                    atol=1e-4, rtol=0, equal_nan=True) for k in a))
-            batched = sum("executor" in r.extra for r in b.values())
-            sw, ew = statistics.median(s_wall), statistics.median(e_wall)
-            sc, ec = statistics.median(s_cpu), statistics.median(e_cpu)
-            st, et = statistics.median(s_train), statistics.median(e_train)
-            print(f"{variant:12} {len(b):>4} {batched:>7} {sw:8.2f} {ew:9.2f} {sw / ew:6.2f}   {st:10.2f} {et:9.2f} "
-                  f"{st / et:6.2f}   {sc:8.2f} {ec:7.2f} {sc / ec:6.2f}  {'/'.join(map(str, sorted(equal)))}/{len(b)}")
+                gtep_phase(path, mode, f"{folder}/{n}.sqlite", quick=True)
+            wall, cpu, train, equal, last = ({m: [] for m in (False, *GTEP_MODES)} for _ in range(5))
+            for _ in range(repeats):   # interleaved: solo, seeds, hparams, solo, ...
+                for mode in wall:
+                    n += 1
+                    w, c, recs = gtep_phase(path, mode, f"{folder}/{n}.sqlite")
+                    wall[mode].append(w), cpu[mode].append(c)
+                    train[mode].append(sum(r.train_seconds for r in recs.values()))
+                    last[mode] = recs
+                solo = last[False]
+                for mode in GTEP_MODES:
+                    b = last[mode]
+                    assert solo.keys() == b.keys()
+                    equal[mode].append(sum(solo[k].status == b[k].status and np.allclose(
+                        np.array(solo[k].acc_matrix, dtype=float), np.array(b[k].acc_matrix, dtype=float),
+                        atol=1e-4, rtol=0, equal_nan=True) for k in solo))
+            med = {m: (statistics.median(wall[m]), statistics.median(train[m]), statistics.median(cpu[m])) for m in wall}
+            for mode in GTEP_MODES:
+                b = last[mode]
+                sizes = [int(r.extra["executor"].split(":")[1]) for r in b.values() if "executor" in r.extra]
+                size = f"{statistics.mean(sizes):5.1f}" if sizes else f"{'-':>5}"
+                (sw, st, sc), (ew, et, ec) = med[False], med[mode]
+                print(f"{variant:12} {mode:8} {len(b):>4} {len(sizes):>7} {size} {sw:6.2f} {ew:6.2f} {sw / ew:6.2f}   "
+                      f"{st:10.2f} {et:9.2f} {st / et:6.2f}   {sc:8.2f} {ec:7.2f} {sc / ec:6.2f}  "
+                      f"{'/'.join(map(str, sorted(set(equal[mode]))))}/{len(b)}")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

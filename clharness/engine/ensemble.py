@@ -1,7 +1,13 @@
-"""Seed ensembles (issue 32): cases that differ only in their seed train as one batched model.
+"""Ensembles (issue 32): cases that differ only in their seed (or float hyperparameters) train as one batched model.
 
-``--clh-ensemble`` (``clharness.run(..., ensemble=True)``): the plain cases of one scenario, method
-and hyperparameters, seeds s_1..s_E, run as E members of one ensemble. Each member is built exactly
+``--clh-ensemble`` (``clharness.run(..., ensemble=True)`` or ``"seeds"``): the plain cases of one scenario,
+method and hyperparameters, seeds s_1..s_E, run as E members of one ensemble. ``--clh-ensemble=hparams``
+(``ensemble="hparams"``): also cases whose hyperparameters differ only in float values (lr, weight decay,
+EWC's lambda, LwF's temperature: ``shared_hparams``), every int, string and bool equal (epochs, batch size,
+scheduler kind, optimizer, milestones count), and whose scenarios differ at most in their name (GTEP's
+``<scenario>:tune-c<k>``): GTEP's tuning configurations, a selection's candidates. Without the option, a
+suite's ``[suite] ensemble = "seeds" | "hparams"`` opts its cases in (the option wins); how runs execute
+enters no record key (``mode``). Each member is built exactly
 as its solo run builds it, by the runner's own ``run_case`` (seed_everything(seed), its scenario,
 its context, the method's own constructor), runs the runner's own protocol (evaluation, metrics,
 memory, statuses), and writes the record its solo run would write, under the same key, with
@@ -9,9 +15,17 @@ memory, statuses), and writes the record its solo run would write, under the sam
 ``learn`` hands its batches to ``fit``, the member pauses; once every member of the ensemble has
 paused at the same task, their models' parameters are stacked (``torch.func.stack_module_state``)
 and trained together: one ``vmap`` of the method's own ``loss`` over the members (``functional_call``),
-each member fed the batches its solo run would see (its own Experience generator), and one
-elementwise optimizer (SGD, Adam, AdamW: the same hyperparameters for every member) over the stacked
-parameters, which is E independent optimizers. A member whose batches run out first (class order,
+each member fed the batches its solo run would see (its own Experience generator). The optimizer, two
+ways (``_train_task``): where every member's trainer is the same constant elementwise optimizer (SGD,
+Adam, AdamW, equal hyperparameters, no schedule, no clipping: ``_uniform``), one optimizer over the stacked
+parameters, which is E independent optimizers; otherwise each member keeps its model's own parameters and
+the trainer its solo ``fit`` builds (``Trainer.for_method``: its optimizer, lr, momentum, weight decay, its
+schedule over its own epoch length, its clipping), the step's forward reads ``torch.stack`` of the members'
+parameters (one backward hands each member its own gradients) and each member's optimizer steps, its
+schedule at its own epoch ends: the optimizer arithmetic is the solo run's, only the forward and backward
+sum in another order. A float hyperparameter whose value differs between members reaches the method's own
+loss as the member's own (a stacked 0-d tensor inside vmap: a batched method's loss uses its floats as
+numbers, never in a Python branch). A member whose batches run out first (class order,
 hence task sizes, differ by seed) keeps its weights while the others go on; members whose batch sizes
 differ at a step (the last, partial batch of an epoch) are stepped in groups of equal size, so a
 BatchNorm layer sees exactly the samples it sees solo. Then every member's weights go back into its
@@ -31,7 +45,8 @@ random (``STEPS`` / ``ensemble_steps``: ER's and DER++'s replay). Work a method 
 (NCM's class means, EWC's Fisher, ER's memory update after the task) runs in the member, on its trained
 weights. A case that cannot be batched runs solo; the session says which and why (``why_solo``). Not
 batched yet: lwf with Adam/AdamW (``SOLO_WHEN``: chaotic at the rounding level, so no reassociated sum
-stays within the floor), online streams, continual evaluation, LR schedules, the methods not opted in.
+stays within the floor), online streams, continual evaluation, mixed precision on CUDA, the methods not
+opted in. LR schedules and gradient clipping are batched (each member's own trainer).
 
 Replay: a step of ER or DER++ draws its replay batch from the member's memory with the member's
 generator (and, with augmentation, views with the member's augmentation generator). The method splits
@@ -61,7 +76,11 @@ group trains the ensemble (``--dist worksteal``, which would split it, is refuse
 whose records are stored under each member's key; cases that cannot be batched go as one task each. A
 member already in the results store is not retrained: the ensemble shrinks to the others, and a member
 left alone runs solo. GTEP's tuning runs (a configuration's S trials; their run says ``trains_case``)
-are members too; its evaluation runs, whose case exists only once H* is selected, run solo.
+are members too (every configuration's trials, schedules included; under "hparams" also configurations that
+differ only in floats); its evaluation runs, whose case exists only once H* is selected, run solo. A suite's
+``[suite] ensemble`` key alone: under pytest-xdist its ensembles are grouped with ``--dist loadgroup`` (plain
+``-n`` keeps ``--dist load`` and its cases run solo, saying so); the Ray backend batches only under the
+option, by seed (``ensembles`` without a session).
 
 Declared differences from a solo run: ``train_seconds`` is the member's share of the ensemble's
 training time (the whole ensemble's in ``extra["ensemble_train_seconds"]``); the non-finite-loss
