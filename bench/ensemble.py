@@ -27,27 +27,38 @@ kernel-launch bound, is where the ensemble should pay; this machine has none.
 The GTEP tuning phase (``--gtep``): every tuning run of suites/gtep-digits.toml (6 methods x R = 6
 configurations x S = 2 trials = 72 runs; its two scenarios share one tuning phase), its units run as a
 pytest session runs them (Session.execute in order, a fresh results store each time, so the second
-scenario's units reuse the first's records), solo and with --clh-ensemble. A configuration's S trials
-are one ensemble (E = 2). As shipped nothing batches: table 4's sets give every configuration a
-learning-rate schedule (steplr or cosine), and a schedule runs solo (engine.ensemble.why_solo); the
-variant "constant lr" holds ``scheduler = "constant"`` (``fixed``), so every run is batched.
+scenario's units reuse the first's records), solo, with --clh-ensemble (seeds: a configuration's S trials
+are one ensemble, E = 2) and with --clh-ensemble=hparams (also configurations that differ only in float
+hyperparameters). Table 4's sets give every configuration a learning-rate schedule (steplr or cosine):
+each member steps its own trainer (engine.ensemble._train_task), so as shipped every run is batched. The
+variant "constant lr" holds ``scheduler = "constant"`` (``fixed``): seeds ensembles then take the shared
+stacked optimizer; hparams ensembles whose members' lr or weight decay differ take the members' own.
 
-Measured (issue 32, a shared 2-core AMD EPYC CPU, no GPU, load average 1.6-2.2 from other sessions,
-1 thread, median of 5 interleaved repeats, wall seconds of the 144 units):
+Measured (issue 32 round 2: per-member trainers and hparams ensembles; a shared 2-core AMD EPYC CPU, no
+GPU, load average 4.5 before, 3.7 after, from other sessions, 1 thread, median of 3 interleaved repeats,
+wall seconds of the 72 units; "size": mean members per ensemble):
 
-    suite        runs batched     solo  ensemble  ratio   train solo train ens  ratio   cpu solo cpu ens  ratio  equal (1e-4)
-    as shipped     72       0     5.31      7.24   0.73         4.44      6.04   0.73       5.23    5.30   0.99  72/72
-    constant lr    72      72     4.75      5.68   0.84         3.96      3.73   1.06       4.74    5.60   0.85  68/72
+    suite        mode     runs batched  size   solo    ens  ratio   train solo train ens  ratio   cpu solo cpu ens  ratio  equal (1e-4)
+    as shipped   seeds      72      72   2.0   5.64   8.40   0.67         4.76      4.83   0.99       5.33    5.99   0.89  72/72
+    as shipped   hparams    72      72   2.1   5.64   7.61   0.74         4.76      4.52   1.05       5.33    6.03   0.88  72/72
+    constant lr  seeds      72      72   2.0   5.04   6.43   0.78         4.10      4.29   0.96       4.82    6.05   0.80  68/72
+    constant lr  hparams    72      72   2.6   5.04   6.51   0.77         4.10      4.21   0.97       4.82    6.06   0.79  68/72
 
-(an earlier run of the same, load 1.8-2.3: as shipped 0.99 wall, 1.00 CPU; constant lr 0.84 wall, 0.86
-CPU). As shipped, both sides run the same code (nothing batches): its wall ratio is the load's noise, as
-its CPU ratio (0.99) says. With the constant rate the ensemble trains in about the solo runs' time
-(1.06) and spends ~0.8 s more CPU outside the batched steps: with E = 2 and tasks of a few dozen steps
-of an 8x8 MLP, the ensemble's fixed cost per task (stacking the members, a meta copy of the model, the
-optimizer, the members' thread hand-overs) is not repaid. No speed-up for this suite on this CPU. The
-4 records past 1e-4 are joint at lr 0.1 for 4 epochs (configurations c3, c5), chaotic runs: solo,
-c3's two trials move their accuracy matrices by 0.5 and 0.19 with 2 threads instead of 1, and by 0.67
-and 0.19 with lr x (1 + 1e-6); the ensemble's reassociated sums move the four by 0.17-0.42.
+(a single repeat at load 3.1, beside a mutation run of this session: 0.80 / 0.79 / 0.78 / 0.77 wall,
+1.10 / 1.10 / 0.96 / 1.03 training, 0.89 / 0.93 / 0.83 / 0.86 CPU.) Every tuning run is now batched (before
+per-member trainers, as shipped batched none), and no ensemble is faster here. Training takes about the
+solo runs' time (0.96-1.05): with E = 2 (2.1-2.6 under hparams) and an 8x8 MLP whose step is GEMM arithmetic
+on a CPU, there is no per-step overhead to amortise. The ensembles spend 0.6-1.2 s more CPU outside the
+batched steps (per task: stacking the members, a meta copy of the model, each member's trainer, the
+members' thread hand-overs), and the wall ratio is below the CPU ratio because on a loaded 2-core machine
+each hand-over waits for a descheduled thread. hparams ensembles are barely larger than seeds ones: table
+4's configurations differ in ints and strings (epochs 1-4, batch size 16-64, steplr's milestone count, the
+scheduler kind), which never group; only configurations that drew the same of those do. The 4 records
+past 1e-4 are joint at lr 0.1 for 4 epochs, chaotic runs (an earlier measurement: solo, c3's two trials
+move by 0.5 and 0.19 with 2 threads instead of 1, by 0.67 and 0.19 with lr x (1 + 1e-6)). The per-member
+path against the shared optimizer (quickstart finetune, 5 seeds, same CPU, load 3.4, 3 repeats): solo /
+ensemble training 0.96 constant (shared), 0.90 steplr (own trainers), 0.93 own lr (own trainers): the
+``torch.stack`` of the members' parameters and E optimizer steps cost ~5% here.
 """
 from __future__ import annotations
 
