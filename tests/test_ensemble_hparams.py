@@ -188,3 +188,45 @@ def test_suite_key_groups_gtep_configurations_and_enters_no_key(tmp_path):
     for name in ("suite", "cli"):
         for k, r in results[name].items():
             assert np.allclose(r.acc_matrix, results["solo"][k].acc_matrix, atol=1e-4, rtol=0)
+
+
+MINI = """
+[suite]
+name = "mini"
+seeds = 2
+
+[defaults]
+dataset = "digits"
+backbone = "mlp"
+backbone_options = { hidden = 16, layers = 1 }
+epochs = 1
+tasks = 5
+
+[[scenario]]
+name = "ci"
+"""
+
+
+def test_plain_option_before_a_path_means_seeds_and_a_bad_mode_is_a_usage_error(pytester, tmp_path):
+    """``--clh-ensemble`` takes an optional value: a suite path after the plain flag stays a path (the flag
+    means seeds); ``--clh-ensemble=hparams`` runs; any other value is refused before anything trains."""
+    from clharness.results import ResultsStore
+    pytester.makefile(".toml", mini=MINI)
+    for n, flag in enumerate(("--clh-ensemble", "--clh-ensemble=hparams")):
+        store = tmp_path / f"{n}.sqlite"
+        pytester.runpytest("-p", "no:cacheprovider", flag, "mini.toml", "--clh-method", "finetune",
+                           "--clh-results", str(store)).assert_outcomes(passed=2)
+        assert [r.extra.get("executor") for r in ResultsStore(store).records()] == ["ensemble:2"] * 2
+    result = pytester.runpytest("-p", "no:cacheprovider", "--clh-ensemble=all", "mini.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "choose seeds or hparams" in result.stderr.str()
+
+
+def test_suite_key_is_checked(tmp_path):
+    from clharness.engine.suites import SuiteError, load_suite
+    path = tmp_path / "mini.toml"
+    path.write_text(MINI.replace('seeds = 2', 'seeds = 2\nensemble = "hparams"'))
+    assert load_suite(path).ensemble == "hparams"
+    path.write_text(MINI.replace('seeds = 2', 'seeds = 2\nensemble = true'))
+    with pytest.raises(SuiteError, match="ensemble = True; allowed values: seeds, hparams"):
+        load_suite(path)
