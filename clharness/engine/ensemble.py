@@ -702,7 +702,7 @@ def _train_task(members: list[_Member]) -> None:
             if ok:   # members are independent: the gradient of the sum is each member's own gradient
                 part = losses.sum() if len(ok) == len(idx) else losses[ok].sum()
                 total = part if total is None else total + part
-        if not shared:   # each member's own trainer steps (a member that did not move has no gradient)
+        if not shared:   # each member's own trainer steps; one that did not move (out of batches, diverged) does not
             if total is not None:
                 for e in moved:
                     own[e].optimizer.zero_grad(set_to_none=True)
