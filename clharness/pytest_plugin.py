@@ -61,12 +61,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--clh-gate-timeout", type=float, default=3600, metavar="SECONDS",
                     help="how long a gate waits for the cases it judges (pytest-xdist) (default: %(default)s)")
     group.addoption("--clh-quick", action="store_true", help="shrunk budgets: the suites' [quick] settings")
-    # seeds | hparams, checked in pytest_configure (argparse's choices would reject a path that follows a plain
+    # seeds | hparams | off, checked in pytest_configure (argparse's choices would reject a path that follows a plain
     # --clh-ensemble before pytest_load_initial_conftests can tell them apart)
-    group.addoption("--clh-ensemble", nargs="?", const="seeds", default=None, metavar="seeds|hparams",
+    group.addoption("--clh-ensemble", nargs="?", const="seeds", default=None, metavar="seeds|hparams|off",
                     help="cases that differ only in seed train as one batched model (opted-in methods; others solo); "
                          "=hparams: also cases that differ only in float hyperparameters (lr, a loss weight); "
-                         "default: a suite's [suite] ensemble key; "
+                         "=off: every case solo; default: a suite's [suite] ensemble key; "
                          "with -n an ensemble is one xdist unit of work (--dist loadgroup), with --clh-ray one task")
     group.addoption("--clh-preset", action="append", default=[], metavar="FAMILY:NAME",
                     help="a family's published configurations, e.g. gtep:cifar50-1-10tasks (GTEP: also run the "
@@ -93,14 +93,14 @@ def pytest_load_initial_conftests(early_config, parser, args: list[str]) -> None
     """A plain ``--clh-ensemble`` followed by a path (``pytest --clh-ensemble suites/x.toml``): argparse
     would take the path as the option's value (nargs="?"); the plain flag means seeds."""
     for i, arg in enumerate(args):
-        if arg == "--clh-ensemble" and (i + 1 == len(args) or args[i + 1] not in ("seeds", "hparams")):
+        if arg == "--clh-ensemble" and (i + 1 == len(args) or args[i + 1] not in ("seeds", "hparams", "off")):
             args[i] = "--clh-ensemble=seeds"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("clh_ensemble") not in (None, "seeds", "hparams"):
-        raise pytest.UsageError(f"--clh-ensemble={config.getoption('clh_ensemble')}: choose seeds or hparams "
-                                "(plain --clh-ensemble: seeds)")
+    if config.getoption("clh_ensemble") not in (None, "seeds", "hparams", "off"):
+        raise pytest.UsageError(f"--clh-ensemble={config.getoption('clh_ensemble')}: choose seeds, hparams or off "
+                                "(plain --clh-ensemble: seeds; off: every case solo, whatever a suite's ensemble key)")
     _pin_xdist_worker(config)
     _schedule_ensembles(config)
     clh = ClhSession(config)
@@ -161,7 +161,7 @@ def _schedule_ensembles(config: pytest.Config) -> None:
         if workerinput.get("clh_dist") == "loadgroup":
             config.option.loadgroup = True   # the worker suffixes its node ids with the group (xdist.remote)
         return
-    if not config.getoption("clh_ensemble"):
+    if config.getoption("clh_ensemble") in (None, "off"):
         return
     dist = config.getoption("dist", "no")
     if dist == "load":   # -n's default: loadgroup is load for the items without a group

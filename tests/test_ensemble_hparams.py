@@ -219,7 +219,17 @@ def test_plain_option_before_a_path_means_seeds_and_a_bad_mode_is_a_usage_error(
         assert [r.extra.get("executor") for r in ResultsStore(store).records()] == ["ensemble:2"] * 2
     result = pytester.runpytest("-p", "no:cacheprovider", "--clh-ensemble=all", "mini.toml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "choose seeds or hparams" in result.stderr.str()
+    assert "choose seeds, hparams or off" in result.stderr.str()
+
+
+def test_off_runs_every_case_solo_whatever_the_suites_key(pytester, tmp_path):
+    from clharness.results import ResultsStore
+    pytester.makefile(".toml", mini=MINI.replace('seeds = 2', 'seeds = 2\nensemble = "seeds"'))
+    for flag, executor in (("--clh-ensemble=off", None), ("--clh-quick", "ensemble:2")):
+        store = tmp_path / f"{flag}.sqlite"
+        pytester.runpytest("-p", "no:cacheprovider", flag, "mini.toml", "--clh-method", "finetune",
+                           "--clh-results", str(store)).assert_outcomes(passed=2)
+        assert [r.extra.get("executor") for r in ResultsStore(store).records()] == [executor] * 2
 
 
 def test_suite_key_is_checked(tmp_path):

@@ -66,8 +66,8 @@ def run(suite: str | Path, methods: str | Iterable[str] | None = None, seeds: in
     ``results``: the SQLite store (stored runs are reused unless ``fresh``); ``quick``: the suite's
     ``[quick]`` budgets; ``plugins``: modules or .py files registering methods (``--clh-plugin``);
     ``ensemble``: True or "seeds": cases that differ only in seed train as one batched model; "hparams":
-    also cases that differ only in float hyperparameters (engine.ensemble); False: as the suite's
-    ``[suite] ensemble`` key says.
+    also cases that differ only in float hyperparameters (engine.ensemble); "off": every case solo;
+    False: as the suite's ``[suite] ensemble`` key says.
     A bad suite raises before anything trains; a failing case is a record with its status, never an
     exception."""
     from .plan import expand, resolve_suite

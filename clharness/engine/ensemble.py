@@ -206,14 +206,17 @@ MODES = ("seeds", "hparams")
 
 
 def mode(session, unit) -> str | None:
-    """How ``unit``'s case may be grouped: the session's ``--clh-ensemble[=seeds|hparams]`` (``ensemble=``
-    of clharness.run; True is "seeds"), else its suite's ``[suite] ensemble`` key; None: solo. An execution
+    """How ``unit``'s case may be grouped: the session's ``--clh-ensemble[=seeds|hparams|off]`` (``ensemble=``
+    of clharness.run; True is "seeds"; "off" runs every case solo), else its suite's ``[suite] ensemble`` key;
+    None: solo. An execution
     mode, not part of what a run computes: it enters no record key."""
     option = session.options.ensemble
     if option is True:
         option = "seeds"
-    if option and option not in MODES:
-        raise ValueError(f"ensemble = {option!r}; choose seeds or hparams")
+    if option and option not in (*MODES, "off"):
+        raise ValueError(f"ensemble = {option!r}; choose seeds, hparams or off")
+    if option == "off":   # solo, whatever the suite's key says
+        return None
     if option:
         return option
     return _suite_mode(str(unit.path)) if getattr(unit, "path", None) else None

@@ -427,19 +427,18 @@ class RayExecutor:
 
     def prepare(self, units) -> None:
         """Submit every unit that runs one known case and waits for nothing, in order (Ray starts
-        them roughly in the order the units ask), unless its record is stored. ``--clh-ensemble``: the
-        members of one seed ensemble not stored go as one task, at the place of the first."""
+        them roughly in the order the units ask), unless its record is stored. ``--clh-ensemble`` (or the
+        suite's ``ensemble`` key): the members of one ensemble not stored go as one task, at the place of the first."""
         units = [u for u in units if u.case is not None and u.key and u.after is None]
         if not units:
             return
         runner = self.start()
         units = [u for u in units if self.session.options.fresh or self.session.store.reusable(u.key) is None]
         together = {}   # unit -> its ensemble (two or more members, batchable)
-        if self.session.options.ensemble:
-            from .ensemble import batchable, ensembles
-            for group in ensembles(units):
-                if len(group) >= 2 and batchable(self.session, group):
-                    together.update((u, group) for u in group)
+        from .ensemble import batchable, ensembles
+        for group in ensembles(units, self.session):   # --clh-ensemble or the suite's key, per unit (ensemble.mode)
+            if len(group) >= 2 and batchable(self.session, group):
+                together.update((u, group) for u in group)
         for unit in units:
             if unit in together:
                 if unit.key not in runner.pending:
