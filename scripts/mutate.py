@@ -50,6 +50,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     # runner: the protocol and the record key
     Mutation("eval-on-train-split", "clharness/engine/runner.py",
              "row[j] = accuracy(method, task.test,", "row[j] = accuracy(method, task.train,",
+             (R + "test_task_il_accuracy_matrix_scores_each_task_on_its_test_split_too",)),
+    Mutation("eval-views-on-train-split", "clharness/engine/runner.py",
+             "for x, y in task.test.batches(scenario.spec.eval_batch_size):",
+             "for x, y in task.train.batches(scenario.spec.eval_batch_size):",
              (R + "test_accuracy_matrix_scores_each_task_on_its_test_split_not_its_train_split",)),
     Mutation("version-not-in-key", "clharness/engine/runner.py",
              '"method_version": method_cls.version, ', "",

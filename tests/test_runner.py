@@ -151,3 +151,20 @@ def test_record_notes_the_cpu_threads_of_the_run_outside_its_key(harness):
         torch.set_num_threads(before)
     assert one.cpu_threads == 1 and one.key == case_key(case, plugin_methods.Tiny)
     assert RunRecord.from_json(one.to_json()).cpu_threads == 1
+
+
+def test_task_il_accuracy_matrix_scores_each_task_on_its_test_split_too(harness):
+    """The task-incremental path (runner.evaluate, not the class-IL views): the same memoriser scores 1.0
+    on every train split and chance-or-below on the test splits it never saw; R must hold the latter."""
+    from clharness.method import Context
+    from clharness.results import RunRecord
+    from clharness.engine.runner import accuracy, task_protocol
+    from clharness.engine.scenario import build_scenario
+    scenario = build_scenario(spec(setting="task-incremental"), harness.datasets, 0, torch.device("cpu"))
+    method = Memorizer(Context(scenario.setting, scenario.num_classes, scenario.input_shape))
+    record = RunRecord("t", "s", "memorizer", 0)
+    task_protocol(method, scenario, torch.device("cpu"), record)
+    R = np.array(record.acc_matrix)
+    for j, task in enumerate(scenario.tasks):
+        assert accuracy(method, task.train, task.classes, scenario.num_classes, torch.device("cpu"), "end", j) == 1.0
+    assert R[np.tril_indices(5)].max() <= 0.55   # each task's unseen test images: its first class by default
