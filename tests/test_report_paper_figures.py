@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from xml.etree import ElementTree
 
+import numpy as np
 import pytest
 from scipy import stats
 
@@ -74,6 +75,68 @@ def test_worker_processes_draw_with_the_parents_colours(tmp_path):
     one = _svg_colors(tmp_path / "toy__one_method-radar.svg")
     two = _svg_colors(tmp_path / "toy__two_accuracy-over-tasks.svg")
     assert one["ewc"] == two["ewc"] and len({one["er"], one["ewc"], two["lwf"]}) == 3
+
+
+def test_a_methods_colour_is_a_stable_function_of_its_name_not_of_the_pages_method_set():
+    """ewc was the second colour on a page {er, ewc} and the first on {ewc, lwf}: its index in the page's
+    sorted methods. Now it takes the palette slot of a stable hash of its name on both."""
+    slots = {m: plots.preferred_slot(m) for m in ("er", "ewc", "lwf")}
+    assert len(set(slots.values())) == 3      # no collision on either page: ewc keeps its slot
+    with plots.page_palette(["er", "ewc"]) as one:
+        pass
+    with plots.page_palette(["lwf", "ewc"]) as two:
+        pass
+    assert one["ewc"] == two["ewc"] == matplotlib_rgba(plots.METHOD_PALETTE[slots["ewc"]])
+    assert one["er"] != one["ewc"] and two["lwf"] != two["ewc"]
+    # the slot comes from SHA-256 of the name, the same in every process (Python's hash() is salted)
+    code = "from clharness.reporting import plots; print(plots.preferred_slot('ewc'))"
+    env = {"PYTHONHASHSEED": "123", "PATH": ""}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+    assert out.stdout.strip() == str(slots["ewc"]), out.stderr
+
+
+def matplotlib_rgba(colour):
+    from matplotlib.colors import to_rgba
+    return to_rgba(colour)
+
+
+def test_methods_that_want_one_slot_get_one_colour_each_the_first_in_sorted_order_keeping_it():
+    names = [f"m{k}" for k in range(200)]
+    a = names[0]
+    b = next(n for n in names[1:] if plots.preferred_slot(n) == plots.preferred_slot(a))
+    colors = plots.method_colors([b, a, "ewc"])            # the order given does not matter
+    assert colors[a] == matplotlib_rgba(plots.METHOD_PALETTE[plots.preferred_slot(a)])
+    assert colors[b] != colors[a] and len(set(colors.values())) == 3
+    page = plots.method_colors(names[:16])                  # a full palette: every colour once
+    assert len(set(page.values())) == 16 and set(page.values()) == {matplotlib_rgba(c) for c in plots.METHOD_PALETTE}
+
+
+def test_more_methods_than_colours_reuse_the_palette_with_other_line_styles_never_tab20(monkeypatch):
+    names = [f"method-{k:02d}" for k in range(20)]
+    palette = {matplotlib_rgba(c) for c in plots.METHOD_PALETTE}
+    with plots.page_palette(names) as colors:
+        assert set(colors.values()) <= palette                       # colour-blind-safe colours only
+        styles = plots.method_styles(colors)
+        assert len({(colors[m], styles[m]) for m in names}) == 20   # colour and style tell every method apart
+        assert sorted(styles.values()) == [0] * 16 + [1] * 4
+        subset = plots.method_colors(names[-2:])                      # a figure of two: the page's styles
+        assert plots.method_styles(subset) == {m: styles[m] for m in names[-2:]}
+        drawn = {}
+        real = plots.Figure.savefig
+
+        def lines(fig, *a, **kw):
+            for ax in fig.axes:
+                for line in ax.get_lines():
+                    if line.get_gid():
+                        drawn[line.get_gid()] = (line.get_linestyle(), line.get_marker())
+            return real(fig, *a, **kw)
+        monkeypatch.setattr(plots.Figure, "savefig", lines)
+        curves = {m: (np.array([0.5, 0.4]), np.array([0.4, 0.3]), np.array([0.6, 0.5])) for m in names}
+        plots.to_img(plots.curve_figure(curves, colors), "curves", tight=False)
+    shared = [m for m in names if styles[m] == 1]
+    first = {colors[m]: m for m in reversed(names) if styles[m] == 0}
+    for m in shared:
+        assert drawn[plots.method_gid(m)] != drawn[plots.method_gid(first[colors[m]])]
 
 
 def _svg_colors(path: Path) -> dict[str, str]:
@@ -199,6 +262,57 @@ def test_a_single_seed_gets_no_test():
     row = pairwise_welch([rec("toy", "s", "er", 0, 0.9), rec("toy", "s", "ewc", 0, 0.5)]).iloc[0]
     assert math.isnan(row.p) and "no test (n < 2)" in render_pairwise(pairwise_welch(
         [rec("toy", "s", "er", 0, 0.9), rec("toy", "s", "ewc", 0, 0.5)]))
+
+
+def test_the_cldyb_section_says_n_and_student_t_for_its_intervals():
+    from test_report_family_figures import cldyb_records
+
+    from clharness.benchmarks.cldyb import report_html as cldyb_html
+    records = cldyb_records()                       # seeds 0 and 1 of every method and sequence
+    page = cldyb_html.section(records)
+    note = "95% Student-t confidence interval over the n = 2 seeds of each method and sequence"
+    assert note in page and "t_{0.975, n−1}" in page
+    (title, text), = cldyb_html.text_sections(records, "pipe")
+    assert "Student-t" in title and note in text
+    # one seed fewer for er on the random sequence: the range of n
+    fewer = [r for r in records if not (r.method == "er" and r.scenario == "mini/random" and r.seed == 1)]
+    assert "over the n = 1–2 seeds" in cldyb_html.section(fewer)
+
+
+def test_the_gtep_caption_says_n_and_student_t_for_its_intervals():
+    records = []
+    for m in "bc":
+        for s in (0, 1, 2):
+            records += [rec("g", "s:tune-c0", m, s, 0.8 - 0.1 * (m == "c") - 0.01 * s, hparams={"lr": 0.1})]
+            records += [rec("g", "s:eval", m, s, 0.6 + 0.01 * s, hparams={"lr": 0.1})]
+    records[-1].status = "failed"                   # c's third evaluation trial: n = 2 for c
+    page = report.build_html(records)
+    caption = re.search(r"Kendall tau between.*?</p>", page).group(0)
+    assert "95% Student-t CI" in caption and "t_{0.975, n−1}" in caption
+    assert "n = 2–3 evaluation trials per method, n = 3 tuning trials of the chosen H*" in caption
+
+
+def test_gate_welch_lines_give_n_for_both_sides():
+    from clharness.reporting.gates import judge, parse_gate
+    records = [rec("toy", "s", "er", k, v) for k, v in enumerate(A)] + \
+              [rec("toy", "s", "ewc", k, v) for k, v in enumerate(B[:2])]
+    ok, (line,) = judge(parse_gate("er: final_acc beats ewc by 0.0 welch 0.05"), records)
+    assert "one-sided Welch t-test p = " in line and "n = 3 vs 2 seeds" in line
+    ok, (line,) = judge(parse_gate("er: final_acc beats ewc by 0.0 welch 0.05"), records[:4])
+    assert not ok and "no Welch t-test (n = 3 vs 1 seeds" in line
+
+
+# ------------------------------------------------------------------------ 5b. records without a matrix
+def test_metrics_only_records_get_a_neutral_note_not_a_red_no_matrices():
+    """STF's stream runs store final accuracy and information retention, no per-task accuracy matrix:
+    nothing is wrong with them, so their scenario shows the radar and a note, never class='bad'."""
+    records = [rec("stf", "stream", m, s, acc, matrix=False, metrics={"info_retention": ir})
+               for m, acc, ir in (("er", 0.6, 0.5), ("gdumb", 0.4, 0.7)) for s in (0, 1)]
+    page = report.build_html(records)
+    body = page.split("<h3>stf::stream</h3>")[1].split("<h2")[0]
+    assert "these runs store metrics, not a per-task accuracy matrix" in body
+    assert 'alt="stf::stream: method radar"' in body and "accuracy over tasks" not in body
+    assert "class='bad'" not in body and "no accuracy matrices" not in page
 
 
 # ------------------------------------------------------------------------ 6. GTEP labels

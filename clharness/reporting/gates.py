@@ -140,7 +140,9 @@ def _judge_one(gate, records, scenario, method) -> tuple[bool, str]:
     if gate.alpha is not None:
         p = welch_p(a, b, gate.value, sign)
         good = good and p < gate.alpha
-        line += f"; one-sided Welch t-test p = {p:.4g} ({'<' if p < gate.alpha else '>='} {gate.alpha})"
+        n = f"n = {len(a)} vs {len(b)} seeds"
+        line += (f"; one-sided Welch t-test p = {p:.4g} ({'<' if p < gate.alpha else '>='} {gate.alpha}; {n})"
+                 if not math.isnan(p) else f"; no Welch t-test ({n}; it needs n >= 2 on both sides): not passed")
     return good, line
 
 

@@ -8,6 +8,7 @@ registered globally, so nothing can leak between figures or into the caller's py
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
 import io
 import math
@@ -165,12 +166,55 @@ def method_gid(method: str) -> str:
     return "method-" + re.sub(r"[^A-Za-z0-9_.-]", "_", method)
 
 
+def preferred_slot(method: str) -> int:
+    """The METHOD_PALETTE index a method asks for: a stable hash of its name (SHA-256, not Python's
+    salted ``hash``), so a method keeps its colour from one report, store or machine to the next."""
+    return int.from_bytes(hashlib.sha256(method.encode("utf-8")).digest()[:8], "big") % len(METHOD_PALETTE)
+
+
 def _assign_colors(methods: Sequence[str]) -> dict[str, tuple]:
+    """Colours of ``methods``, assigned in sorted order: each takes its :func:`preferred_slot` unless a
+    method earlier in the order took it (then the next free slot), so a method has the same colour
+    in every report unless it collides with another method of the same page. Beyond len(METHOD_PALETTE)
+    methods the palette starts again for the next sorted block of methods (the colours stay
+    colour-blind-safe; no tab20): :func:`method_styles` gives the methods that share a colour
+    different line styles and markers."""
     from matplotlib.colors import to_rgba
-    if len(methods) <= len(METHOD_PALETTE):
-        return {m: to_rgba(METHOD_PALETTE[i]) for i, m in enumerate(methods)}
-    cmap = colormaps["tab20"]
-    return {m: cmap(i % cmap.N) for i, m in enumerate(methods)}
+    out: dict[str, tuple] = {}
+    ordered = sorted(set(methods))
+    n = len(METHOD_PALETTE)
+    for start in range(0, len(ordered), n):
+        taken: set[int] = set()
+        for m in ordered[start:start + n]:
+            slot = preferred_slot(m)
+            while slot in taken:
+                slot = (slot + 1) % n
+            taken.add(slot)
+            out[m] = to_rgba(METHOD_PALETTE[slot])
+    return out
+
+
+# What tells apart methods that share a colour (a page of more methods than METHOD_PALETTE has colours):
+# the first method of a colour (in sorted order) draws solid lines with round markers, the next dashed
+# with squares, ... (the matplotlib line figures: accuracy over tasks, radars). The hand-drawn SVG
+# charts (GTEP slope, bars) name each line or bar by its method instead.
+LINE_STYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D")
+
+
+def method_styles(colors: Mapping[str, tuple]) -> dict[str, int]:
+    """method -> style index (into LINE_STYLES and MARKERS, wrapping round): 0 for the first method of
+    each colour in sorted order, 1 for the second, ...; all 0 while every method has its own colour.
+    Counted over the page's methods (:func:`page_palette`) when one is active and knows them all, so
+    a method has one style in every figure of the page."""
+    page = _page_colors if _page_colors and all(m in _page_colors for m in colors) else colors
+    seen: dict[tuple, int] = {}
+    styles = {}
+    for m in sorted(page):
+        key = tuple(page[m])
+        styles[m] = seen.get(key, 0)
+        seen[key] = styles[m] + 1
+    return {m: styles[m] for m in colors}
 
 
 _page_colors: dict[str, tuple] = {}   # set by page_palette while a report page is built
@@ -179,12 +223,12 @@ _page_colors: dict[str, tuple] = {}   # set by page_palette while a report page 
 @contextmanager
 def page_palette(methods: Sequence[str] | Mapping[str, tuple]):
     """Within the block every :func:`method_colors` call (the families' sections included) answers
-    from one mapping: the page's sorted methods, or the mapping given (a figure worker gets the
-    parent's). Without it each figure coloured its own method list, so a method changed colour
-    from one figure to the next."""
+    from one mapping: the page's methods (:func:`_assign_colors`), or the mapping given (a figure
+    worker gets the parent's). Without it each figure coloured its own method list, so a method
+    changed colour from one figure to the next."""
     global _page_colors
     saved = _page_colors
-    _page_colors = dict(methods) if isinstance(methods, Mapping) else _assign_colors(sorted(set(methods)))
+    _page_colors = dict(methods) if isinstance(methods, Mapping) else _assign_colors(methods)
     try:
         yield _page_colors
     finally:
@@ -193,8 +237,8 @@ def page_palette(methods: Sequence[str] | Mapping[str, tuple]):
 
 def method_colors(methods: Sequence[str]) -> dict[str, tuple]:
     """One colour per method: the page's (:func:`page_palette`) when one is active and knows every
-    method, else in the order given, from the colour-blind-safe METHOD_PALETTE while it lasts,
-    tab20 beyond."""
+    method, else :func:`_assign_colors` of ``methods`` (by name, whatever their order), from the
+    colour-blind-safe METHOD_PALETTE."""
     if _page_colors and all(m in _page_colors for m in methods):
         return {m: _page_colors[m] for m in methods}
     return _assign_colors(list(methods))
@@ -249,11 +293,14 @@ def curve_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
     fig = Figure(figsize=(6.2, 4.2), dpi=DPI, layout="constrained")
     ax = fig.subplots()
     T = 1
+    styles = method_styles({m: colors[m] for m in curves})
     for method, (mean, lo, hi) in curves.items():
         x = np.arange(len(mean))
         T = max(T, len(mean))
         label = f"{method} (n={seeds[method]})" if seeds and method in seeds else method
-        ax.plot(x, mean, marker="o", ms=3.5, lw=1.6, color=colors[method], label=label, gid=method_gid(method))
+        k = styles[method]
+        ax.plot(x, mean, marker=MARKERS[k % len(MARKERS)], ms=3.5, lw=1.6, ls=LINE_STYLES[k % len(LINE_STYLES)],
+                color=colors[method], label=label, gid=method_gid(method))
         # Accuracy lives in [0, 1]; a wide few-seed t-interval must not stretch the axis past it.
         ax.fill_between(x, np.clip(lo, 0, 1), np.clip(hi, 0, 1), color=colors[method], alpha=0.18, lw=0)
     bottom, top = ax.get_ylim()
@@ -308,9 +355,12 @@ def radar_figure(labels: Sequence[str], values: Mapping[str, Sequence[float]],
     ax = fig.add_subplot(projection="polar")
     angles = np.linspace(0, 2 * np.pi, len(labels), endpoint=False)
     closed = np.append(angles, angles[0])
+    styles = method_styles({m: colors[m] for m in values})
     for method, v in values.items():
         v = np.append(v, v[0])
-        ax.plot(closed, v, lw=1.6, color=colors[method], label=method, gid=method_gid(method))
+        k = styles[method]
+        ax.plot(closed, v, lw=1.6, ls=LINE_STYLES[k % len(LINE_STYLES)], color=colors[method], label=method,
+                gid=method_gid(method), **({"marker": MARKERS[k % len(MARKERS)], "ms": 3.5} if k else {}))
         ax.fill(closed, v, color=colors[method], alpha=0.08)
     ax.set_theta_offset(np.pi / 2)   # first axis (final accuracy) on top, then clockwise
     ax.set_theta_direction(-1)

@@ -24,13 +24,17 @@ from ...results import RunRecord
 from . import summary as kind   # summary_rows and SEARCH_METHOD (kind imports this module)
 
 TITLE = "CLDyB: CC vs random vs held-out sequences, robustness, method radar (fig. 4), the searched sequence"
-TEXT_TITLE = "CLDyB (mean ± 95% CI over seeds; AR = -AFM; robustness = mean final AA on IC sequences)"
+TEXT_TITLE = ("CLDyB (mean ± half-width of the 95% Student-t CI over the n seeds; AR = -AFM; "
+              "robustness = mean final AA on IC sequences)")
+INTERVAL_NOTE = ("Intervals: mean ± half-width of the 95% Student-t confidence interval over the {n} of each "
+                 "method and sequence, t_{{0.975, n−1}} · s / √n (t = 4.303 at n = 3, not the normal 1.96; "
+                 "no interval at n = 1)")
 SERIES = (("cc", "CC sequence", "#c44e52"), ("random", "random order", "#8c8c8c"), ("heldout", "held-out", "#4c72b0"))
 COLUMNS = (("cc_aa", "CC AA"), ("cc_ar", "CC AR"), ("cc_ala", "CC ALA"), ("robustness", "robustness (IC AA)"),
            ("memory_mb", "memory MB"), ("random_aa", "random AA"), ("heldout_aa", "held-out AA"))
 BARS_NOTE = ("Final average accuracy (per-task mean of the last row of R) on the commonly challenging (CC) "
              "sequence the search found, on a random-order sequence from the same pool, and on the held-out "
-             "random-order benchmark; mean and 95% CI over seeds (CLDyB fig. 7, table 1). A lower CC bar than "
+             "random-order benchmark; mean and 95% Student-t CI over seeds (CLDyB fig. 7, table 1). A lower CC bar than "
              "random means the search found a harder sequence.")
 RADAR_NOTE = ("CLDyB fig. 4: final AA, AR and ALA on the CC sequence, robustness (mean final AA over the "
               "method's individually challenging sequences; axis shown when IC sequences were searched) and "
@@ -66,7 +70,7 @@ def section(records: Sequence[RunRecord]) -> str | None:
         lines = comparison_lines(rows)
         if lines:
             out.append("<p class='note'>" + "<br>".join(_e(line) for line in lines) + "</p>")
-        out.append(f"<p class='note'>{_e(BARS_NOTE)}</p>")
+        out.append(f"<p class='note'>{_e(BARS_NOTE)} {_e(interval_note(records, suite, base))}.</p>")
         out.append("<div class='row'>" + _table(["method", *[h for _, h in COLUMNS]], table_rows(rows))
                    + f"<figure class='cldyb-bars' style='flex:0 1 auto'>{use_case_bars(name, rows)}</figure></div>")
         out.append(f"<div class='row'>{radar(name, rows, colors)}<div>{sequences_html(records, suite, base)}</div></div>")
@@ -80,6 +84,7 @@ def text_sections(records: Sequence[RunRecord], fmt: str) -> list[tuple[str, str
         text = tabulate(table_rows(rows), headers=["method", *[h for _, h in COLUMNS]], tablefmt=fmt,
                         disable_numparse=True)
         text += "".join(f"\n{line}" for line in comparison_lines(rows))
+        text += f"\n({interval_note(records, suite, base)})"
         seqs = chosen_sequences(records, suite, base, "cc")
         if seqs:
             seed, tasks = seqs[0]
@@ -88,6 +93,24 @@ def text_sections(records: Sequence[RunRecord], fmt: str) -> list[tuple[str, str
                 headers=["task", "source datasets", "classes"], tablefmt=fmt, disable_numparse=True)
         out.append((f"{TEXT_TITLE}: {suite}::{base}", text))
     return out
+
+
+def seed_counts(records: Sequence[RunRecord], suite: str, base: str) -> Counter:
+    """(method, use case) -> its passed seeds: the n of each interval of the scenario's table and bars."""
+    out = Counter()
+    for r in records:
+        scenario, _, use_case = r.scenario.rpartition("/")
+        if (r.suite, scenario) == (suite, base) and use_case in kind.USE_CASES and r.status == "passed" \
+                and r.method != kind.SEARCH_METHOD:
+            out[(r.method, use_case)] += 1
+    return out
+
+
+def interval_note(records: Sequence[RunRecord], suite: str, base: str) -> str:
+    """INTERVAL_NOTE with the scenario's n: "n = 3 seeds", or their range where methods or sequences differ."""
+    ns = sorted(set(seed_counts(records, suite, base).values()))
+    n = "n = ?" if not ns else f"n = {ns[0]} seed{'s' * (ns[0] != 1)}" if len(ns) == 1 else f"n = {ns[0]}–{ns[-1]} seeds"
+    return INTERVAL_NOTE.format(n=n)
 
 
 def table_rows(rows: Sequence[dict]) -> list[list[str]]:

@@ -34,11 +34,29 @@ def section(records: Iterable[RunRecord], harness=None) -> str | None:
                    f"<b>{'-' if math.isnan(tau) else f'{tau:.3f}'}</b> "
                    f"({'fewer than 2 methods' if math.isnan(tau) else 'ranking unchanged' if math.isclose(tau, 1.0) else 'ranking changes'}). "
                    f"Tuning score: final accuracy of the chosen H* on D^HT (what the conventional protocol "
-                   f"reports); evaluation score: P^E on D^E, mean ± 95% CI over trials; gap = tuning − evaluation."
+                   f"reports); evaluation score: P^E on D^E; both mean ± half-width of the 95% Student-t CI, "
+                   f"t_{{0.975, n−1}} · s / √n, over {_e(trial_counts(group, records))}; gap = tuning − evaluation."
                    f"{f' H* tuned on {_e(tuning)}.' if tuning != scenario else ''}</p>")
         out.append("<div class='row'>" + method_table(group) + slope_svg(group) + "</div>")
         out.append(config_details([r for r in records if _tuning_name(r) == tuning]))
     return "\n".join(out)
+
+
+def trial_counts(group, records: Sequence[RunRecord]) -> str:
+    """The n of the scenario's intervals: the passed evaluation trials of each method and the passed
+    tuning trials of its chosen H* (a single n, or the range over methods)."""
+    def span(ns, what):
+        ns = sorted(set(ns))
+        n = "?" if not ns else str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
+        return f"n = {n} {what} trial{'s' * (n != '1')}"
+    tune = []
+    for _, row in group.iterrows():
+        if not protocol._missing(row.config):
+            tune.append(sum(r.status == "passed" and r.method == row.method
+                            and protocol.split_scenario(r.scenario) == (row.tuning, "tune", int(row.config))
+                            for r in records))
+    return (f"{span((int(t - d) for t, d in zip(group.eval_trials, group.eval_diverged)), 'evaluation')} "
+            f"per method" + (f", {span(tune, 'tuning')} of the chosen H*" if tune else ""))
 
 
 def method_rows(group) -> list[list[str]]:
