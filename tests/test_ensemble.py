@@ -30,11 +30,13 @@ def _run(tmp_path, name, methods, seeds, **kw):
     return records, [str(w.message) for w in said]
 
 
-@pytest.mark.parametrize("method", ["finetune", "joint", "ewc", "er", "derpp"])
+@pytest.mark.parametrize("method", ["finetune", "joint", "ewc", "er", "derpp", "cbrs", "mas", "gdumb"])
 def test_members_equal_their_solo_runs(tmp_path, method):
     """The floor: every member's accuracy matrix is its solo run's (within 1e-4, float reassociation),
     under the same key, and says it ran in an ensemble of 3. ER and DER++ draw each step's replay batch
-    from the member's own memory with its own generator (STEPS); DER++ stores each step's logits in it."""
+    from the member's own memory with its own generator (STEPS); DER++ stores each step's logits in it.
+    CBRS is ER with its own class-balancing memory (ER's STEPS, declared for it); MAS's loss reads its
+    per-member importance and anchor (STATE); GDumb retrains a fresh model on its memory with fit."""
     solo, _ = _run(tmp_path, "solo", [method], 3)
     ens, _ = _run(tmp_path, "ens", [method], 3, ensemble=True)
     assert [r.seed for r in ens] == [0, 1, 2] and all(r.status == "passed" for r in ens)
@@ -75,10 +77,123 @@ def test_why_solo_names_each_obstacle():
     assert why_solo(Case("q", spec, "finetune", 0, hp), cls) is None
     # schedules and clipping are batched: each member steps its own trainer (test_ensemble_hparams)
     assert why_solo(Case("q", spec, "finetune", 0, {**hp, "scheduler": "cosine", "clip_grad": 1.0}), cls) is None
-    assert "opted in" in why_solo(Case("q", spec, "si", 0, hp), harness.methods["si"])
+    si = harness.methods["si"]
+    assert "SI.learn builds its own Trainer" in why_solo(Case("q", spec, "si", 0, resolve_hparams(si)), si)
     lwf = harness.methods["lwf"]
     assert "Adam" in why_solo(Case("q", spec, "lwf", 0, resolve_hparams(lwf)), lwf)
     assert why_solo(Case("q", spec, "lwf", 0, resolve_hparams(lwf, {"optimizer": "sgd"})), lwf) is None
+
+
+def _toy_methods():
+    """Methods for why_solo: one that keeps to fit, an ER subclass, one with its own loss and state."""
+    from clharness_methods.er import ER
+    from clharness.toolkit.training import SupervisedMethod
+
+    class Plain(SupervisedMethod):
+        name = "plain"
+
+        def learn(self, experience):
+            super().learn(experience)
+
+    class Replay(ER):
+        name = "replay"
+
+    class Weighted(SupervisedMethod):
+        name = "weighted"
+
+        def loss(self, x, y):
+            return self.weights * self.cross_entropy(self.model(x), y)
+
+    return Plain, Replay, Weighted
+
+
+@pytest.mark.parametrize("method,obstacle", [
+    # its own training loop, outside fit (the class and function named, and what it does there)
+    ("si", "trains with a loop of its own, outside fit(): SI.learn builds its own Trainer, steps it, reads or "
+           "rewrites the step's gradients (SI's path integral"),
+    ("agem", "GradientEpisodicMethod.learn builds its own optimizer, steps it, calls backward(), reads or rewrites "
+             "the step's gradients (GEM and A-GEM project each step's gradient"),
+    ("gem", "GradientEpisodicMethod.learn builds its own optimizer"),
+    ("mir", "MIR.step builds its own Trainer, steps it"),
+    ("clser", "CLSER.learn builds its own Trainer, CLSER.step steps it"),
+    # not a SupervisedMethod (and its own loop)
+    ("l2p", "is not a SupervisedMethod: it has no fit(batches) for the batched step to replace; L2P.learn builds "
+            "its own Trainer, steps it"),
+    ("simplecil", "is not a SupervisedMethod"),
+    # a fit the harness does not batch
+    ("icarl", "hands fit() a trainer of its own: ExemplarLearner.learn calls fit(..., trainer=...)"),
+    ("cwr", "trains a subset of its parameters: CWRStar.learn calls fit(..., params=...)"),
+    ("memo", "DER.learn_task calls fit(..., params=...)"),
+    # a loss of its own without declared state; one that keeps to fit: could be opted in
+    ("weighted", "overrides loss() (_toy_methods.<locals>.Weighted.loss) without declaring the per-member state "
+                 "it reads (STATE or ensemble_state): it reads weights"),
+    ("replay", "hands fit() a loss of its own (replay_loss, in ER.learn) that no STEPS entry splits"),
+    ("plain", "'plain' has not opted in to batched training; nothing in its training keeps it out: it could be "
+              "opted in (BATCHED, or a class attribute ensemble = True)")])
+def test_why_solo_names_the_structural_obstacle_first(method, obstacle):
+    """A method that has not opted in hears what in its training keeps it out (read from its source: the
+    functions its learn reaches), and "has not opted in" only where nothing does."""
+    from clharness.engine.runner import Case, resolve_hparams
+    from clharness.engine.suites import load_suite
+    from clharness.plugins import Harness
+    harness = Harness()
+    toys = {cls.name: cls for cls in _toy_methods()}
+    cls = toys.get(method) or harness.methods[method]
+    spec = load_suite(harness.suites["quickstart"], quick=True).scenarios[0]
+    if Setting.CLASS_IL not in cls.settings:
+        spec = dataclasses.replace(spec, setting="task-incremental")
+    reason = why_solo(Case("q", spec, method, 0, resolve_hparams(cls)), cls)
+    assert obstacle in reason, reason
+    assert ("opted in" in reason) == (method == "plain")
+
+
+def test_every_reference_method_is_batched_or_hears_its_obstacle():
+    """No reference method is left with a bare "has not opted in": each is batched on a plain case of a
+    setting it supports, or why_solo names what in its training keeps it out (the module docstring's list)."""
+    from clharness.engine.runner import Case, resolve_hparams
+    from clharness.engine.suites import load_suite
+    from clharness.plugins import Harness
+    harness = Harness()
+    spec = load_suite(harness.suites["quickstart"], quick=True).scenarios[0]
+    batched = set()
+    for name in harness.methods:
+        cls = harness.methods[name]
+        if not cls.__module__.startswith("clharness_methods."):
+            continue
+        if Setting.CLASS_IL not in cls.settings:
+            case_spec = dataclasses.replace(spec, setting="task-incremental")
+        else:
+            case_spec = spec
+        hp = resolve_hparams(cls, {"optimizer": "sgd"} if "optimizer" in resolve_hparams(cls) else {})
+        reason = why_solo(Case("q", case_spec, name, 0, hp), cls)
+        assert reason is None or "has not opted in" not in reason, (name, reason)
+        if reason is None:
+            batched.add(name)
+    assert batched == {"finetune", "joint", "ncm", "ewc", "er", "derpp", "lwf", "cbrs", "mas", "gdumb", "mste"}
+
+
+def test_why_solo_not_opted_in_case_protocol_and_subclasses():
+    """Where the method's structure allows batching, the case's protocol comes before "has not opted in"
+    (continual evaluation is never batched, opted in or not); opting in is per class: a subclass of an opted-in
+    method hears that its base has (CBRS, opted in itself, is batched)."""
+    from clharness.engine.runner import Case, resolve_hparams
+    from clharness.engine.suites import load_suite
+    from clharness.plugins import Harness
+    harness = Harness()
+    spec = load_suite(harness.suites["quickstart"], quick=True).scenarios[0]
+    Plain, Replay, _ = _toy_methods()
+    continual = dataclasses.replace(spec, eval_every=1)
+    assert "continual evaluation" in why_solo(Case("q", continual, "plain", 0, resolve_hparams(Plain)), Plain)
+
+    class Subclass(harness.methods["finetune"]):
+        name = "sub"
+    assert "its base Finetune has" in why_solo(Case("q", spec, "sub", 0, resolve_hparams(Subclass)), Subclass)
+    for name in ("cbrs", "mas", "gdumb"):
+        cls = harness.methods[name]
+        assert why_solo(Case("q", spec, name, 0, resolve_hparams(cls)), cls) is None
+    mste = harness.methods["mste"]
+    task_il = dataclasses.replace(spec, setting="task-incremental")
+    assert why_solo(Case("q", task_il, "mste", 0, resolve_hparams(mste)), mste) is None
 
 
 # --------------------------------------------------------------- the batched step, against a hand loop
@@ -285,13 +400,18 @@ def test_batchnorm_members_with_ragged_batches_match_their_solo_steps():
     ("er", {"buffer": "reservoir"}, {"setting": "task-incremental"}), ("er", {}, {"augment": "cifar"}),
     ("derpp", {"forward": "concat"}, {"setting": "task-incremental"}), ("derpp", {}, {"augment": "cifar"}),
     ("lwf", {"optimizer": "sgd", "lr": 0.05}, {}),
+    ("cbrs", {}, {"setting": "task-incremental"}), ("cbrs", {}, {"augment": "cifar"}),
+    ("mas", {"mas_variant": "aljundi-code"}, {}), ("mas", {"mas_variant": "avalanche"}, {"setting": "task-incremental"}),
+    ("gdumb", {}, {"setting": "task-incremental"}), ("mste", {}, {"setting": "task-incremental"}),
     ("lwf", {"optimizer": "sgd", "lr": 0.05, "lwf_loss": "avalanche-0.6"}, {"setting": "task-incremental"})])
 def test_members_equal_their_solo_runs_other_options(method, hp, scenario):
     """NCM trains its backbone on the first task only ("first-task") or never ("frozen"): a member
     pauses at that fit alone, and its class means are computed from the batched-trained weights.
     EWC's own loss reads its per-member Fishers and anchors (one per task in "separate" mode); so does
     LwF (its old model, stacked, and the classes it distils), batched with SGD (SOLO_WHEN). ER and DER++
-    under augmentation draw each view with the member's own augmentation generator."""
+    under augmentation draw each view with the member's own augmentation generator. MAS's importance
+    variants run in the member, after its batched fit; MSTE (task-incremental only) trains a fresh expert
+    per task with fit; GDumb retrains from scratch on its memory (task-incremental too)."""
     from clharness.engine.ensemble import run_ensemble
     from clharness.engine.runner import Case, resolve_hparams, run_case
     from clharness.engine.suites import load_suite

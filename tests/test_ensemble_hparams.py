@@ -240,3 +240,35 @@ def test_suite_key_is_checked(tmp_path):
     path.write_text(MINI.replace('seeds = 2', 'seeds = 2\nensemble = true'))
     with pytest.raises(SuiteError, match="ensemble = True; allowed values: seeds, hparams"):
         load_suite(path)
+
+
+def test_a_member_that_diverges_fails_alone_end_to_end():
+    """Three seeds, one ensemble over a float hyperparameter ("hparams"): seed 1's loss is scaled by 1e30,
+    so its weights blow up after its first step and its loss turns non-finite. Its record says "diverged",
+    as its solo run's does; seeds 0 and 2 pass and equal their solo runs (the diverged member's stop
+    changes nothing of theirs)."""
+    from clharness.engine.runner import Case, resolve_hparams, run_case
+    from clharness_methods.finetune import Finetune
+
+    class Scaled(Finetune):
+        name = "scaled"
+        ensemble = True          # opted in; its loss reads nothing per member but its hyperparameters
+        ensemble_state = ()
+        hparams = {**Finetune.hparams, "loss_scale": clharness.Float(1.0, 1e38, default=1.0, log=True)}
+
+        def loss(self, x, y):
+            return self.hp["loss_scale"] * self.cross_entropy(self.model(x), y)
+
+    harness, suite, spec = _quickstart()
+    harness.methods.add(Scaled)
+    cases = [Case(suite, spec, "scaled", seed, resolve_hparams(Scaled, {"loss_scale": scale}))
+             for seed, scale in enumerate((1.0, 1e30, 1.0))]
+    assert len({_ensemble_id(c, "hparams") for c in cases}) == 1   # one ensemble under "hparams"
+    solo = [run_case(c, harness, torch.device("cpu")) for c in cases]
+    ens = run_ensemble(cases, harness, torch.device("cpu"))
+    assert [r.status for r in solo] == [r.status for r in ens] == ["passed", "diverged", "passed"]
+    assert "non-finite loss" in ens[1].message and ens[1].failed_task == solo[1].failed_task == 0
+    for a, b in zip(solo, ens):
+        assert a.key == b.key and b.extra["executor"] == "ensemble:3"
+    for e in (0, 2):
+        assert np.allclose(solo[e].acc_matrix, ens[e].acc_matrix, atol=1e-4, rtol=0)

@@ -35,18 +35,28 @@ The members run in threads that take turns (never two at once): a baton handed b
 each member's global random streams saved and restored at every hand-over, so the interleaving
 changes nothing a member computes.
 
-Which methods: the opted-in ones (``BATCHED``: finetune, joint, ncm, ewc, er, derpp, lwf with SGD; or a
-class attribute ``ensemble = True``) whose ``learn`` trains through the standard supervised loop:
-``self.fit(batches)`` per task with the default parameters and trainer (a fresh optimizer per task), the
-step elementwise over members, and a loss that is SupervisedMethod's, the method's own reading declared
-per-member state (``STATE`` / ``ensemble_state``: EWC's Fishers and anchors, LwF's old model and the
-classes it distils, stacked and vmapped with the parameters), or a ``fit`` loss of its own that draws at
-random (``STEPS`` / ``ensemble_steps``: ER's and DER++'s replay). Work a method does around ``fit``
-(NCM's class means, EWC's Fisher, ER's memory update after the task) runs in the member, on its trained
-weights. A case that cannot be batched runs solo; the session says which and why (``why_solo``). Not
-batched yet: lwf with Adam/AdamW (``SOLO_WHEN``: chaotic at the rounding level, so no reassociated sum
-stays within the floor), online streams, continual evaluation, mixed precision on CUDA, the methods not
-opted in. LR schedules and gradient clipping are batched (each member's own trainer).
+Which methods: the opted-in ones (``BATCHED``: finetune, joint, ncm, ewc, er, derpp, lwf with SGD, cbrs, mas,
+gdumb, mste; or a class attribute ``ensemble = True``; per class: a subclass of an opted-in method opts in on
+its own) whose ``learn`` trains through the standard supervised loop: ``self.fit(batches)`` per task with the
+default parameters and trainer (a fresh optimizer per task), the step elementwise over members, and a loss
+that is SupervisedMethod's, the method's own reading declared per-member state (``STATE`` /
+``ensemble_state``: EWC's Fishers and anchors, MAS's importance and anchor, LwF's old model and the classes it
+distils, stacked and vmapped with the parameters), or a ``fit`` loss of its own that draws at random (``STEPS``
+/ ``ensemble_steps``: ER's, CBRS's and DER++'s replay). Work a method does around ``fit`` (NCM's class means,
+EWC's Fisher, MAS's importance, ER's and CBRS's memory update after the task, GDumb's sampler and fresh model,
+MSTE's fresh expert per task) runs in the member, on its trained weights. A case that cannot be batched runs
+solo; the session says which and why (``why_solo``). For a method that has not opted in, why_solo names the
+structural obstacle, read from the source of the functions its ``learn`` reaches (``_structure``): not a
+SupervisedMethod (the prompt and adapter methods: l2p, dualprompt, coda_prompt, hide_prompt, pgp, lae, aper,
+ease, ranpac, simplecil, pnn); a training loop of its own outside ``fit`` (si: its path integral reads every
+step's gradient; agem and gem: they project each step's gradient between backward and step, which one
+batched loss cannot express, ``NOT_EXPRESSIBLE``; ace, afec, bic, clser, generative_replay, gmed, mir, slca,
+xder); a ``fit`` over its own parameters or with its own trainer (beef, cwr, der, memo, foster; icarl,
+podnet, wa); a loss of its own without declared state, or a ``fit`` loss no STEPS entry splits; then the
+case's protocol; "has not opted in" only where nothing keeps it out (it could then be opted in, once its
+members equal their solo runs). Not batched yet: lwf with Adam/AdamW (``SOLO_WHEN``: chaotic at the
+rounding level, so no reassociated sum stays within the floor), online streams, continual evaluation, mixed
+precision on CUDA. LR schedules and gradient clipping are batched (each member's own trainer).
 
 Replay: a step of ER or DER++ draws its replay batch from the member's memory with the member's
 generator (and, with augmentation, views with the member's augmentation generator). The method splits
@@ -113,12 +123,17 @@ BATCHED = {
     "clharness_methods.er:ER",       # its replay draw per member, see STEPS
     "clharness_methods.derpp:DERpp",
     "clharness_methods.lwf:LwF",     # with SGD only, see SOLO_WHEN
+    "clharness_methods.cbrs:CBRS",   # ER with a class-balancing memory (its own memory per member): ER's STEPS
+    "clharness_methods.mas:MAS",     # its own loss (cross-entropy + penalty), see STATE
+    "clharness_methods.gdumb:GDumb", # retrains a fresh model on its memory (its own generator) with the standard fit
+    "clharness_methods.mste:MSTE",   # a fresh expert per task, trained with the standard fit (task-incremental)
 }
 # methods whose own ``loss`` reads per-member state besides the model and labels: those attributes
 # (tensors, dicts and lists of them), stacked over the members and handed to each member's loss in vmap
 STATE = {
     "clharness_methods.ewc:EWC": ("fisher", "anchor", "task_fishers", "task_anchors"),
     "clharness_methods.lwf:LwF": ("old_model", "old_groups", "avalanche_units"),
+    "clharness_methods.mas:MAS": ("importance", "anchor"),
 }
 # methods whose ``learn`` hands ``fit`` a loss of their own that draws at random (a replay batch from the
 # member's memory, with its own generators): that loss's name -> (prepare, loss, after). ``loss_fn(x, y,
@@ -129,6 +144,7 @@ STATE = {
 STEPS = {
     "clharness_methods.er:ER": {"replay_loss": ("replay_batch", "loss", None)},
     "clharness_methods.derpp:DERpp": {"train_loss": ("draw", "draw_loss", "store")},
+    "clharness_methods.cbrs:CBRS": {"replay_loss": ("replay_batch", "loss", None)},   # ER's (inherited)
 }
 # hyperparameters under which an opted-in method runs solo: qualname -> hp -> reason (None: batched)
 SOLO_WHEN = {
@@ -167,11 +183,38 @@ def _steps(method_cls) -> dict:
     return dict(steps) if steps is not None else STEPS.get(_qualname(method_cls), {})
 
 
+# methods whose training the harness's step cannot express, beyond what ``_structure`` finds: the class
+# (or a base) -> why. Appended to the structural reason.
+NOT_EXPRESSIBLE = {
+    "clharness.toolkit.gradient_projection:GradientEpisodicMethod": (
+        "GEM and A-GEM project each step's gradient against reference gradients of the memory (a QP per step, "
+        "or one dot product) between backward() and the optimizer step; the batched step has one loss per member "
+        "and steps right after its backward, so a per-member rewrite of the gradient cannot be expressed"),
+    "clharness_methods.si:SI": (
+        "SI's path integral reads every step's gradient and weight change (p.grad after trainer.step, before "
+        "the next), per member and step, outside any loss; the batched step has no per-step hook after the "
+        "optimizer step"),
+}
+
+
 def why_solo(case, method_cls, harness=None, device: torch.device | None = None) -> str | None:
-    """Why ``case`` cannot run as a member of a seed ensemble (None: it can)."""
+    """Why ``case`` cannot run as a member of a seed ensemble (None: it can). For a method that has not
+    opted in, the structural obstacle first (``_structure``: not a SupervisedMethod, its own training
+    loop, a fit() the harness does not batch, its own loss without declared state), then the case's
+    protocol, and "has not opted in" only where nothing keeps it out."""
     from ..toolkit.training import SupervisedMethod
     if not opted_in(method_cls):
-        return f"method {case.method!r} has not opted in to batched training"
+        reason = _structure(method_cls)
+        if reason:
+            return f"method {case.method!r} {reason}"
+        reason = _protocol(case, harness, device)
+        if reason:
+            return reason
+        base = next((b for b in method_cls.__mro__[1:] if opted_in(b)), None)
+        return (f"method {case.method!r} has not opted in to batched training"
+                + (f" (opting in is per class: its base {base.__qualname__} has)" if base else "")
+                + "; nothing in its training keeps it out: it could be opted in (BATCHED, or a class attribute "
+                  "ensemble = True) once its members equal their solo runs")
     reason = SOLO_WHEN.get(_qualname(method_cls), lambda hp: None)(case.hparams)
     if reason:
         return reason
@@ -182,6 +225,11 @@ def why_solo(case, method_cls, harness=None, device: torch.device | None = None)
             continue   # its own loss, run per member inside vmap with its stacked state
         if getattr(method_cls, name) is not getattr(SupervisedMethod, name):
             return f"method {case.method!r} overrides {name}()"
+    return _protocol(case, harness, device)
+
+
+def _protocol(case, harness, device) -> str | None:
+    """What of the case (not of the method) keeps its members from one batched training step."""
     spec = case.scenario
     if spec.setting_enum not in (Setting.CLASS_IL, Setting.TASK_IL):
         return f"setting {spec.setting}: only class- and task-incremental task protocols are batched"
@@ -191,6 +239,139 @@ def why_solo(case, method_cls, harness=None, device: torch.device | None = None)
         return "mixed precision (GradScaler) keeps one scale for the whole ensemble"
     if harness is not None and getattr(harness, "wants_training_loss", False):
         return "a logger wants every training step's loss (clharness_training_loss)"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _structure(method_cls) -> str | None:
+    """What in ``method_cls``'s training keeps it from the batched step, read from its source (None: nothing
+    found). The functions its ``learn`` reaches through ``self.<name>`` and ``super()`` (those of SupervisedMethod
+    and above excepted, the harness's own), in order: a training loop of its own (a Trainer, an optimizer, a
+    ``.step()``, with what else it does: backward, gradients), a ``fit`` over its own parameters or trainer, or
+    with a loss its STEPS do not declare, an override of ``fit``, or its own ``loss`` / ``cross_entropy``
+    without declared per-member state (STATE)."""
+    from ..toolkit.training import SupervisedMethod
+    import ast
+    import inspect
+    import textwrap
+    harness_own = set(SupervisedMethod.__mro__)
+    if not issubclass(method_cls, SupervisedMethod):
+        harness_own = {object}
+
+    def lookup(name, after=None):
+        """(defining class, function) of ``name`` on method_cls (after class ``after`` in its MRO)."""
+        mro = method_cls.__mro__
+        if after is not None:
+            mro = mro[mro.index(after) + 1:]
+        for klass in mro:
+            if name in vars(klass):
+                attr = vars(klass)[name]
+                attr = attr.fget if isinstance(attr, property) else getattr(attr, "__func__", attr)
+                if klass in harness_own or not isinstance(attr, types.FunctionType):
+                    return None
+                return klass, attr
+        return None
+
+    def tree(func):
+        try:
+            node = ast.parse(textwrap.dedent(inspect.getsource(func)))
+        except (OSError, TypeError, SyntaxError):
+            return None
+        for n in ast.walk(node):   # annotations (``trainer: Trainer``) build nothing
+            if isinstance(n, (ast.arg, ast.FunctionDef)):
+                n.annotation = n.returns = None
+        return node
+
+    def self_names(node):
+        return [n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                and n.value.id == "self"]
+
+    steps = _steps(method_cls)
+    seen, order, todo = set(), [], [lookup("learn")]
+    while todo:
+        found = todo.pop(0)
+        if found is None or found in seen:
+            continue
+        seen.add(found)
+        klass, func = found
+        node = tree(func)
+        if node is None:
+            continue
+        order.append((klass, func, node))
+        for n in ast.walk(node):
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
+                todo.append(lookup(n.attr))
+            elif (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Call)
+                  and isinstance(n.value.func, ast.Name) and n.value.func.id == "super"):
+                todo.append(lookup(n.attr, klass))
+    builds, steps = {}, {}   # a training loop of its own: an optimizer built and stepped (where, what else)
+    for klass, func, node in order:
+        where = f"{klass.__qualname__}.{func.__name__}"
+        names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        attrs = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+        calls = [n.func for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+        built = [w for w, hit in (("Trainer", "Trainer" in names),
+                                  ("optimizer", "make_optimizer" in names or "optim" in attrs)) if hit]
+        if built:
+            builds[where] = f"builds its own {' and '.join(built)}"
+        if any(c.attr == "step" and not (isinstance(c.value, ast.Name) and c.value.id == "self") for c in calls):
+            steps[where] = [w for w, hit in (
+                ("calls backward()", any(c.attr == "backward" for c in calls)),
+                ("reads or rewrites the step's gradients",
+                 "grad" in attrs or any("grad" in n for n in names if n not in ("enable_grad", "no_grad")))) if hit]
+    loop = None
+    if builds and steps:
+        both = next((w for w in steps if w in builds), None)
+        if both:
+            loop = f"{both} {builds[both]}, steps it" + "".join(f", {w}" for w in steps[both])
+        else:
+            built, stepped = next(iter(builds)), next(iter(steps))
+            loop = (f"{built} {builds[built]}, {stepped} steps it"
+                    + "".join(f", {w}" for w in steps[stepped]))
+        note = next((NOT_EXPRESSIBLE[_qualname(b)] for b in method_cls.__mro__ if _qualname(b) in NOT_EXPRESSIBLE),
+                    None)
+        loop += " (" + (note or "the batched step replaces fit(batches) only") + ")"
+    if not issubclass(method_cls, SupervisedMethod):
+        return ("is not a SupervisedMethod: it has no fit(batches) for the batched step to replace"
+                + (f"; {loop}" if loop else ""))
+    if loop:
+        return f"trains with a loop of its own, outside fit(): {loop}"
+    for klass, func, node in order:   # its fit calls
+        for call in ast.walk(node):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "fit"
+                    and isinstance(call.func.value, ast.Name) and call.func.value.id == "self"):
+                continue
+            where = f"{klass.__qualname__}.{func.__name__}"
+            kw = {k.arg: k.value for k in call.keywords}
+            if len(call.args) > 2 or "params" in kw:
+                return f"trains a subset of its parameters: {where} calls fit(..., params=...)"
+            if len(call.args) > 3 or "trainer" in kw:
+                return f"hands fit() a trainer of its own: {where} calls fit(..., trainer=...)"
+            loss = call.args[1] if len(call.args) > 1 else kw.get("loss_fn")
+            if loss is None:
+                continue
+            exprs = [loss]
+            if isinstance(loss, ast.Name):   # a local: what it is assigned
+                exprs = [a.value for a in ast.walk(node) if isinstance(a, ast.Assign)
+                         and any(isinstance(t, ast.Name) and t.id == loss.id for t in a.targets)]
+            used = {name for e in exprs for name in self_names(e)}
+            if not used or any(name not in steps for name in used):
+                named = ", ".join(sorted(used)) or ast.unparse(loss)
+                return (f"hands fit() a loss of its own ({named}, in {where}) that no STEPS entry splits into "
+                        "its random draws and a batchable loss")
+    if getattr(method_cls, "fit") is not getattr(SupervisedMethod, "fit"):
+        return "overrides fit()"
+    if _state_names(method_cls) is None:
+        for name in ("loss", "cross_entropy"):
+            found = lookup(name)
+            if found is None:
+                continue
+            klass, func = found
+            node = tree(func)
+            reads = sorted({a for a in (self_names(node) if node else ()) if a not in ("model", "labels", "hp", "context")
+                            and not callable(getattr(method_cls, a, None))})
+            return (f"overrides {name}() ({klass.__qualname__}.{name}) without declaring the per-member state "
+                    f"it reads (STATE or ensemble_state)" + (f": it reads {', '.join(reads)}" if reads else ""))
     return None
 
 
@@ -581,7 +762,7 @@ def _train_task(members: list[_Member]) -> None:
 
     import torch.nn.functional as F
 
-    from ..toolkit.training import NEG, TaskLabels, Trainer
+    from ..toolkit.training import NEG, SupervisedMethod, TaskLabels, Trainer
     t0 = time.perf_counter()
     methods = [m.method for m in members]
     cls = type(methods[0])
@@ -637,8 +818,10 @@ def _train_task(members: list[_Member]) -> None:
         attrs = {**fixed, **{k: (_FModel(bases[k], *v) if k in bases else v) for k, v in s.items()}}
         return getattr(_View(cls, _FModel(base, p, b), labels, mine, attrs), loss_name)(*args)
 
-    # hand-batched layers (bmm) where every layer is known and the loss is SupervisedMethod's, else vmap
-    batched = _stacked_forward(models[0]) if not names and loss_name == "loss" else None
+    # hand-batched layers (bmm) where every layer is known and the loss is SupervisedMethod's, else vmap (a
+    # method's own loss, even one that declares no state, ``ensemble_state = ()``: it runs as written)
+    plain = loss_name == "loss" and all(getattr(cls, n) is getattr(SupervisedMethod, n) for n in ("loss", "cross_entropy"))
+    batched = _stacked_forward(models[0]) if not names and plain else None
 
     def group_losses(P, B, A, G, S):
         """Each member's loss on its own batch. The vmap path calls the method's own ``loss`` (via
