@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--suite", action="append", default=[], metavar="NAME", help="only this suite (repeatable)")
     rep.add_argument("--html", metavar="PATH", help="also write the HTML report to PATH")
     rep.add_argument("--figures", metavar="DIR",
-                     help="also write every figure of the HTML report to DIR as PNG, SVG and PDF "
+                     help="also write every figure of the HTML report to DIR: matplotlib figures as PNG, SVG and PDF, "
+                          "the hand-drawn SVG charts (GTEP slope, M2I and CLDyB bars) as SVG only "
                           "(named suite__scenario_kind; with the page as DIR/report.html unless --html is given)")
     rep.add_argument("--jobs", type=int, default=None, metavar="N",
                      help="processes drawing the HTML report's figures (default: one per CPU)")

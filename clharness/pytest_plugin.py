@@ -52,7 +52,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--clh-scorecard", default=None, metavar="PATH",
                     help="write the session's scorecard (.md, .json or .csv by suffix)")
     group.addoption("--clh-figures", default=None, metavar="DIR",
-                    help="write every figure of the session's report to DIR as PNG, SVG and PDF (the page: DIR/report.html)")
+                    help="write every figure of the session's report to DIR: matplotlib figures as PNG, SVG and PDF, the "
+                         "hand-drawn SVG charts (GTEP slope, M2I and CLDyB bars) as SVG only (the page: DIR/report.html)")
     group.addoption("--clh-compare", default=None, metavar="SCORECARD.json",
                     help="add regression gates against a saved scorecard (see --clh-max-drop)")
     group.addoption("--clh-max-drop", action="append", default=[], metavar="METRIC=VALUE",

@@ -2,12 +2,14 @@
 families' included), vector export (--clh-figures / report --figures), no pseudo-methods in radars,
 STF radars that do not collapse, intervals and tests that say n, GTEP labels that do not overlap,
 training time with its spread, and scripts/render_report.py's check of a rendered demo report."""
+import html
 import importlib.util
 import math
 import re
 import shutil
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -415,12 +417,89 @@ def test_render_check_catches_a_method_in_two_colours(rendered, tmp_path):
     assert any("demo__split-mnist_method-radar.pdf: missing" in p for p in script.check_page(rendered / "report.html", figs))
 
 
-def test_headless_browser_screenshot_of_the_report(rendered):
-    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    if browser is None:
+def test_rendered_demo_report_has_the_family_figures_with_one_colour_per_method(rendered):
+    """The demo store's GTEP, STF (metrics only), CLDyB and continual-evaluation records draw their figures,
+    --check requires them, and er has one colour in GTEP's slope plot (inline SVG), the STF radar and
+    CLDyB's radar (matplotlib SVG files)."""
+    script = _render_script()
+    page, figs = rendered / "report.html", rendered / "figs"
+    found = script.family_figures_of(page.read_text(), figs)
+    assert all(found[kind] for kind in script.DEMO_FIGURES), found
+    (_, slope), = found["GTEP slope"]
+    (_, stf), = found["STF radar"]
+    (_, cldyb), = found["CLDyB radar"]
+    assert {"er", "ewc", "lwf", "finetune"} <= set(slope) and slope["er"] == stf["er"] == cldyb["er"]
+    assert len(set(slope.values())) == len(slope)
+    assert script.check_page(page, figs, script.DEMO_FIGURES) == []
+    assert (figs / "demo-gtep__gtep-digits_GTEP-slope.svg").exists()          # hand-drawn: SVG only
+    assert (figs / "demo-cldyb__pool_CLDyB-radar-fig.-4.pdf").exists()       # "(fig. 4)": no cut at the dot
+    text = page.read_text()
+    assert "these runs store metrics, not a per-task accuracy matrix" in text.split("demo-stf::stf-stream</h3>")[1]
+
+
+def test_render_check_requires_the_family_figures_and_their_colours(rendered, tmp_path):
+    script = _render_script()
+    figs = tmp_path / "figs"
+    shutil.copytree(rendered / "figs", figs)
+    text = (rendered / "report.html").read_text()
+    without = re.sub(r'<img alt="demo::split-cifar10: continual evaluation"[^>]*>', "", text)
+    assert "page: no continual evaluation figure" in script.check_html(without, figs, script.DEMO_FIGURES)
+    radar = figs / "demo-stf__stf-stream_method-radar.svg"
+    colour = script.figure_colors(radar.read_text())["er"]
+    radar.write_text(radar.read_text().replace(colour, "#123456"))
+    problems = script.check_html(text, figs, script.DEMO_FIGURES)
+    assert any(p.startswith("method er differs between the family figures") for p in problems), problems
+    (figs / "demo-gtep__gtep-digits_GTEP-slope.svg").unlink()
+    assert any("GTEP-slope.svg: missing" in p for p in script.check_html(text, figs))
+
+
+class _DomLike(HTMLParser):
+    """Re-serialises a page as a browser's --dump-dom does: every attribute in double quotes."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.out, self.raw = [], False
+
+    def handle_starttag(self, tag, attrs):
+        self.raw = tag in ("style", "script")
+        self.out.append(f"<{tag}" + "".join(f' {k}="{html.escape(v or "", quote=True)}"' for k, v in attrs) + ">")
+
+    def handle_startendtag(self, tag, attrs):
+        self.handle_starttag(tag, attrs)
+
+    def handle_endtag(self, tag):
+        self.raw = False
+        self.out.append(f"</{tag}>")
+
+    def handle_data(self, data):
+        self.out.append(data if self.raw else html.escape(data, quote=False))
+
+    def handle_decl(self, decl):
+        self.out.append(f"<!{decl}>")
+
+
+def test_render_check_reads_a_browsers_dom_of_the_page(rendered):
+    """--dump-dom quotes every attribute with ": the check reads that as it reads the page."""
+    script = _render_script()
+    dom = _DomLike()
+    dom.feed((rendered / "report.html").read_text())
+    text = "".join(dom.out)
+    assert "class=\"slope\" data-method=\"er\"" in text and "class='slope'" not in text
+    assert script.check_html(text, rendered / "figs", script.DEMO_FIGURES) == []
+
+
+def _browser():
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def test_headless_browser_renders_the_report_and_its_dom_passes_the_check(rendered):
+    if _browser() is None:
         pytest.skip("no headless Chromium on this machine (chromium, chromium-browser, google-chrome): "
-                    "the page and its figures are checked without a browser above")
-    png = _render_script().screenshot(rendered / "report.html", rendered / "report.png", 1400, 3000)
+                    "the page, a DOM-like serialisation of it and its figures are checked without a browser above")
+    script = _render_script()
+    dom = script.dump_dom(rendered / "report.html")
+    assert script.check_html(dom, rendered / "figs", script.DEMO_FIGURES) == []
+    png = script.screenshot(rendered / "report.html", rendered / "report.png", 1400, 3000)
     assert png.read_bytes().startswith(b"\x89PNG")
 
 
@@ -435,3 +514,25 @@ def test_gtep_slope_figure_is_exported_as_svg(tmp_path):
     svg = (tmp_path / "g__s_GTEP-slope.svg").read_text()
     assert svg in html
     ElementTree.fromstring(svg)   # a standalone, well-formed SVG file
+
+
+def test_hand_drawn_charts_are_exported_as_svg_only_and_the_help_and_readme_say_so(tmp_path, capsys):
+    """No SVG-to-PDF converter is a dependency: GTEP's slope plot and the bar charts (report_svg) are
+    written as SVG alone, every matplotlib figure as PNG, SVG and PDF; README and both help texts say so."""
+    records = []
+    for m in ("er", "ewc"):
+        for s in (0, 1):
+            records += [rec("g", f"s:{phase}", m, s, acc + 0.01 * s, hparams={"lr": 0.1})
+                        for phase, acc in (("tune-c0", 0.8 if m == "er" else 0.75), ("eval", 0.6 if m == "er" else 0.65))]
+    report.build_html(records, figures=tmp_path)
+    slope = sorted(p.name for p in tmp_path.glob("g__s_GTEP-slope*"))
+    assert slope == ["g__s_GTEP-slope.svg"]
+    _check_figure_files(tmp_path, ["g__s-eval_method-radar"])
+    readme = (REPO / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `--clh-figures DIR`"))
+    assert "every matplotlib figure as PNG, SVG (text kept as text) and PDF" in row and "as SVG only" in row
+    assert "as SVG only" in " ".join((REPO / "clharness" / "pytest_plugin.py").read_text().split())
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    assert "as SVG only" in " ".join(capsys.readouterr().out.split())
+

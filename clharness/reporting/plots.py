@@ -404,7 +404,9 @@ _export: dict = {"dir": None, "names": set()}   # set by export_figures while a 
 @contextmanager
 def export_figures(directory: str | Path | None):
     """Within the block :func:`to_img` also writes each figure to ``directory`` as PNG, SVG and PDF
-    (vector files for a paper), named after its alt text (:func:`figure_name`); None: nothing written."""
+    (vector files for a paper), named after its alt text (:func:`figure_name`), and :func:`export_svg`
+    the hand-drawn SVG charts (GTEP's slope plot, report_svg's bars) as SVG only: no SVG-to-PDF
+    converter is a dependency. None: nothing written."""
     saved = dict(_export)
     if directory is not None:
         Path(directory).mkdir(parents=True, exist_ok=True)
@@ -433,14 +435,15 @@ def figure_name(alt: str) -> str:
 
 
 def _save_vectors(fig: Figure, alt: str, tight: bool) -> None:
-    stem = _export["dir"] / figure_name(alt)
+    name = figure_name(alt)   # may hold a dot ("... (fig. 4)"): Path.with_suffix would cut the name there
+    path = {suffix: _export["dir"] / f"{name}{suffix}" for suffix in (".png", ".svg", ".pdf")}
     box = {"bbox_inches": "tight" if tight else None, "pad_inches": 0.08}
     # no dates or matplotlib URLs in the files: the same figure gives the same bytes. Text stays text
     # (SVG) and TrueType (PDF, not Type 3): editable, and what journals ask for.
     with matplotlib.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42, "svg.hashsalt": "clharness"}):
-        fig.savefig(stem.with_suffix(".png"), format="png", dpi=200, metadata={"Software": None}, **box)
-        fig.savefig(stem.with_suffix(".svg"), format="svg", metadata={"Date": None}, **box)
-        fig.savefig(stem.with_suffix(".pdf"), format="pdf", metadata={"CreationDate": None}, **box)
+        fig.savefig(path[".png"], format="png", dpi=200, metadata={"Software": None}, **box)
+        fig.savefig(path[".svg"], format="svg", metadata={"Date": None}, **box)
+        fig.savefig(path[".pdf"], format="pdf", metadata={"CreationDate": None}, **box)
 
 
 def export_svg(svg: str, alt: str) -> None:

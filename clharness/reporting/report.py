@@ -154,7 +154,8 @@ def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, s
     draws one figure at a time per process. More than one worker spawns processes, which re-import
     the caller's main module: call it from a guarded ``if __name__ == "__main__":`` (the CLI does).
     Every figure colours a method alike (plots.page_palette over the page's methods, the families'
-    sections included); ``figures``: also write each figure there as PNG, SVG and PDF."""
+    sections included); ``figures``: also write each figure there as PNG, SVG and PDF (the hand-drawn
+    SVG charts as SVG only)."""
     from . import plots   # matplotlib loads only for the page, not for the text formats
     methods = {r.method for r in records if not pseudo_method(r)}
     with plots.page_palette(methods) as colors, plots.export_figures(figures):
@@ -330,6 +331,7 @@ def write_html(path: str | Path, records: Sequence[RunRecord], columns: Sequence
 
 def write_figures(directory: str | Path, records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS,
                   source: str = "", make_harness=None, workers: int | None = 1) -> Path:
-    """Every figure of the report as PNG, SVG and PDF in ``directory`` (``--clh-figures``, ``clharness
-    report --figures``), with the page that shows them all as ``directory/report.html``."""
+    """Every figure of the report in ``directory`` (``--clh-figures``, ``clharness report --figures``):
+    matplotlib's as PNG, SVG and PDF, the hand-drawn SVG charts (GTEP slope, M2I and CLDyB bars) as SVG
+    only; with the page that shows them all as ``directory/report.html``."""
     return write_html(Path(directory) / "report.html", records, columns, source, make_harness, workers, directory)
