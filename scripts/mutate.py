@@ -598,10 +598,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     # the report fit for a paper (issue 31), round 2: colours by name, n and Student-t in every interval's
     # caption, metrics-only records not flagged
     Mutation("report-colour-by-page-index", "clharness/reporting/plots.py",
-             "            slot = preferred_slot(m)\n", "            slot = len(taken)\n",
+             "next(k for k in _probe(preferred_slot(m)) if k not in taken)", "len(taken)",
              (P + "test_a_methods_colour_is_a_stable_function_of_its_name_not_of_the_pages_method_set",)),
     Mutation("report-colour-collisions-share-a-colour", "clharness/reporting/plots.py",
-             "            while slot in taken:", "            while False:",
+             "next(k for k in _probe(preferred_slot(m)) if k not in taken)", "preferred_slot(m)",
              (P + "test_methods_that_want_one_slot_get_one_colour_each_the_first_in_sorted_order_keeping_it",)),
     Mutation("report-colours-repeat-in-one-style", "clharness/reporting/plots.py",
              "        seen[key] = styles[m] + 1", "        seen[key] = 0",

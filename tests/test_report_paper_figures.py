@@ -536,3 +536,11 @@ def test_hand_drawn_charts_are_exported_as_svg_only_and_the_help_and_readme_say_
         main(["report", "--help"])
     assert "as SVG only" in " ".join(capsys.readouterr().out.split())
 
+
+
+def test_a_page_of_up_to_seven_methods_draws_only_okabe_itos_colours():
+    from matplotlib.colors import to_hex
+    okabe_ito = {c.lower() for c in plots.METHOD_PALETTE[:7]}
+    for methods in (["er", "ewc", "lwf", "finetune"], ["joint", "ncm", "derpp", "agem", "si", "gdumb", "icarl"]):
+        colours = {to_hex(c) for c in plots.method_colors(methods).values()}
+        assert len(colours) == len(methods) and colours <= okabe_ito

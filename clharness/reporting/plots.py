@@ -169,7 +169,17 @@ def method_gid(method: str) -> str:
 def preferred_slot(method: str) -> int:
     """The METHOD_PALETTE index a method asks for: a stable hash of its name (SHA-256, not Python's
     salted ``hash``), so a method keeps its colour from one report, store or machine to the next."""
-    return int.from_bytes(hashlib.sha256(method.encode("utf-8")).digest()[:8], "big") % len(METHOD_PALETTE)
+    return int.from_bytes(hashlib.sha256(method.encode("utf-8")).digest()[:8], "big") % FIRST_CHOICE
+
+
+# the slots a method asks for: Okabe-Ito's seven (the most distinct for every kind of colour vision), so a
+# page of a few methods never draws them in four shades of Tol's purples; Tol's nine take the overflow
+FIRST_CHOICE = 7
+
+
+def _probe(slot: int) -> list[int]:
+    """The slots a method tries in turn: its own, the next Okabe-Ito ones, then Tol's."""
+    return [(slot + i) % FIRST_CHOICE for i in range(FIRST_CHOICE)] + list(range(FIRST_CHOICE, len(METHOD_PALETTE)))
 
 
 def _assign_colors(methods: Sequence[str]) -> dict[str, tuple]:
@@ -186,9 +196,7 @@ def _assign_colors(methods: Sequence[str]) -> dict[str, tuple]:
     for start in range(0, len(ordered), n):
         taken: set[int] = set()
         for m in ordered[start:start + n]:
-            slot = preferred_slot(m)
-            while slot in taken:
-                slot = (slot + 1) % n
+            slot = next(k for k in _probe(preferred_slot(m)) if k not in taken)
             taken.add(slot)
             out[m] = to_rgba(METHOD_PALETTE[slot])
     return out
