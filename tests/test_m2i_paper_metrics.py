@@ -153,3 +153,8 @@ def test_an_md_scorecard_gets_the_papers_acc_bwt_and_the_authors_bwt_appended(tm
     json_path.write_text("{}")
     write_scorecard(json_path, [record(0)], None)
     assert json_path.read_text() == "{}"   # .json and .csv already hold every run's metrics
+
+
+def test_m2i_interval_captions_say_student_t_and_n():
+    for text in (m2i_html.PAPER_TITLE, m2i_html.TEXT_TITLE):
+        assert "Student-t" in text and "n seeds" in text.replace("n paired seeds", "n seeds")

@@ -30,11 +30,13 @@ from . import effect
 from . import names as curriculum
 
 TITLE = "M2I / I2M: curriculum effect (M2I minus I2M) and per-task accuracy matrices"
-TEXT_TITLE = "M2I / I2M curriculum effect (M2I minus I2M; mean ± 95% CI over paired seeds)"
+TEXT_TITLE = ("M2I / I2M curriculum effect (M2I minus I2M; mean ± 95% Student-t CI, t_{0.975, n−1}, over the "
+              "n paired seeds of each row: its seeds column)")
 METRICS = effect.DEFAULT_METRICS
 # the paper's names (sec. 2.3, eqs. 1-3); the authors' code's BWT variant named as theirs
 METRIC_NAMES = {"acc": "ACC", "bwt": "BWT", "bwt_authors": "BWT (authors' code)", "fwt": "FWT"}
-PAPER_TITLE = "M2I / I2M metrics of the paper (mean ± 95% CI over seeds)"
+PAPER_TITLE = ("M2I / I2M metrics of the paper (mean ± 95% Student-t CI, t_{0.975, n−1}, over the n seeds of "
+               "each row: its seeds column)")
 # Tables 3-8's columns: ACC and BWT, FWT in task-incremental runs only (sec. 3: ill-defined
 # class-incrementally), and the authors' BWT beside eq. 2's
 PAPER_METRICS = ("acc", "bwt", "bwt_authors", "fwt")
@@ -194,7 +196,8 @@ def effect_bars(rows: Sequence[dict], colors) -> str:
     if not charts:
         return ""
     return (f"<figure style='flex:0 1 auto'><div style='display:flex;flex-wrap:wrap;gap:6px'>{''.join(charts)}</div>"
-            "<figcaption>M2I − I2M per method and metric; error bars: 95% CI over paired seeds.</figcaption></figure>")
+            "<figcaption>M2I − I2M per method and metric; error bars: 95% Student-t CI over the n paired seeds "
+            "(the effect table's seeds column).</figcaption></figure>")
 
 
 def heatmaps(name: str, group: dict) -> str:
