@@ -144,7 +144,7 @@ def test_ray_runs_one_task_per_ensemble_and_stores_every_member(pytester, monkey
     tasks.clear()
     result = pytester.runpytest(*args, "--clh-results", "ray.sqlite", "--clh-ray", "local", "--clh-ensemble")
     result.assert_outcomes(passed=6)
-    result.stdout.fnmatch_lines(["*mini::ci[[]agem[]] runs solo: method 'agem' has not opted in*"])
+    result.stdout.fnmatch_lines(["*mini::ci[[]agem[]] runs solo: method 'agem' trains with a loop of its own, outside fit()*"])
     assert sorted(name for name, _ in tasks) == ["submit", "submit", "submit", "submit_ensemble"], tasks
     assert all(res == {"num_cpus": 1.0, "num_gpus": 0.0} for _, res in tasks)
     serial, ray = records(pytester.path / "serial.sqlite"), records(pytester.path / "ray.sqlite")
