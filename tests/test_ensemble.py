@@ -20,6 +20,7 @@ import sklearn.model_selection  # noqa: F401
 from clharness.engine.ensemble import _Member, _train_task, why_solo
 from clharness.method import Context, Setting
 from clharness.toolkit.backbones import MLP
+from mini_suite import mini_suite
 
 
 def _run(tmp_path, name, methods, seeds, **kw):
@@ -430,25 +431,7 @@ def test_members_equal_their_solo_runs_other_options(method, hp, scenario):
         assert np.allclose(a.acc_matrix, b.acc_matrix, atol=1e-4, rtol=0)
 
 
-MINI = """
-[suite]
-name = "mini"
-seeds = 2
-
-[defaults]
-dataset = "digits"
-backbone = "mlp"
-backbone_options = { hidden = 32, layers = 1 }
-epochs = 1
-tasks = 5
-
-[[scenario]]
-name = "ci"
-
-[[scenario]]
-name = "ti"
-setting = "task-incremental"
-"""
+MINI = mini_suite(seeds=2, hidden=32, task_il=True)
 
 
 def test_pytest_option_runs_members_as_ensembles(pytester, tmp_path):

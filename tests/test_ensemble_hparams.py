@@ -14,6 +14,7 @@ import clharness_methods  # noqa: F401
 import sklearn.datasets  # noqa: F401
 import sklearn.model_selection  # noqa: F401
 from clharness.engine.ensemble import _ensemble_id, run_ensemble, shared_hparams
+from mini_suite import mini_suite
 
 
 def _quickstart(**scenario):
@@ -190,21 +191,7 @@ def test_suite_key_groups_gtep_configurations_and_enters_no_key(tmp_path):
             assert np.allclose(r.acc_matrix, results["solo"][k].acc_matrix, atol=1e-4, rtol=0)
 
 
-MINI = """
-[suite]
-name = "mini"
-seeds = 2
-
-[defaults]
-dataset = "digits"
-backbone = "mlp"
-backbone_options = { hidden = 16, layers = 1 }
-epochs = 1
-tasks = 5
-
-[[scenario]]
-name = "ci"
-"""
+MINI = mini_suite(seeds=2, hidden=16)
 
 
 def test_plain_option_before_a_path_means_seeds_and_a_bad_mode_is_a_usage_error(pytester, tmp_path):
@@ -224,7 +211,7 @@ def test_plain_option_before_a_path_means_seeds_and_a_bad_mode_is_a_usage_error(
 
 def test_off_runs_every_case_solo_whatever_the_suites_key(pytester, tmp_path):
     from clharness.results import ResultsStore
-    pytester.makefile(".toml", mini=MINI.replace('seeds = 2', 'seeds = 2\nensemble = "seeds"'))
+    pytester.makefile(".toml", mini=mini_suite(seeds=2, hidden=16, suite_keys='ensemble = "seeds"'))
     for flag, executor in (("--clh-ensemble=off", None), ("--clh-quick", "ensemble:2")):
         store = tmp_path / f"{flag}.sqlite"
         pytester.runpytest("-p", "no:cacheprovider", flag, "mini.toml", "--clh-method", "finetune",
@@ -235,9 +222,9 @@ def test_off_runs_every_case_solo_whatever_the_suites_key(pytester, tmp_path):
 def test_suite_key_is_checked(tmp_path):
     from clharness.engine.suites import SuiteError, load_suite
     path = tmp_path / "mini.toml"
-    path.write_text(MINI.replace('seeds = 2', 'seeds = 2\nensemble = "hparams"'))
+    path.write_text(mini_suite(seeds=2, hidden=16, suite_keys='ensemble = "hparams"'))
     assert load_suite(path).ensemble == "hparams"
-    path.write_text(MINI.replace('seeds = 2', 'seeds = 2\nensemble = true'))
+    path.write_text(mini_suite(seeds=2, hidden=16, suite_keys="ensemble = true"))
     with pytest.raises(SuiteError, match="ensemble = True; allowed values: seeds, hparams"):
         load_suite(path)
 

@@ -19,22 +19,9 @@ import clharness_methods  # noqa: F401
 import sklearn.datasets  # noqa: F401
 import sklearn.model_selection  # noqa: F401
 from clharness.results import ResultsStore
+from mini_suite import mini_suite
 
-MINI = """
-[suite]
-name = "mini"
-seeds = 3
-
-[defaults]
-dataset = "digits"
-backbone = "mlp"
-backbone_options = { hidden = 32, layers = 1 }
-epochs = 1
-tasks = 5
-
-[[scenario]]
-name = "ci"
-"""
+MINI = mini_suite(seeds=3, hidden=32)
 
 
 def records(path) -> dict:
