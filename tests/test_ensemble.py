@@ -20,7 +20,7 @@ import sklearn.model_selection  # noqa: F401
 from clharness.engine.ensemble import _Member, _train_task, why_solo
 from clharness.method import Context, Setting
 from clharness.toolkit.backbones import MLP
-from mini_suite import mini_suite
+from mini_suite import mini_suite, paused_members
 
 
 def _run(tmp_path, name, methods, seeds, **kw):
@@ -242,11 +242,7 @@ def test_batched_step_equals_independent_optimizers(optimizer, hp):
             F.cross_entropy(model(x), y).backward()
             opt.step()
         expected.append([p.detach().clone() for p in model.parameters()])
-    members = []
-    for method, batches in zip(methods, data):
-        m = _Member(None, None)
-        m.method, m.batches = method, iter(batches)
-        members.append(m)
+    members = paused_members(methods, data)
     _train_task(members)
     for method, want in zip(methods, expected):
         for p, q in zip(method.model.parameters(), want):
@@ -258,11 +254,7 @@ def test_batched_step_equals_independent_optimizers(optimizer, hp):
 def test_nonfinite_loss_fails_only_that_member():
     methods, data = _members("sgd"), _data()
     data[1][1] = (torch.full((4, 4), float("nan")), data[1][1][1])
-    members = []
-    for method, batches in zip(methods, data):
-        m = _Member(None, None)
-        m.method, m.batches = method, iter(batches)
-        members.append(m)
+    members = paused_members(methods, data)
     before = [p.detach().clone() for p in methods[1].model.parameters()]
     _train_task(members)
     assert members[0].error is None
@@ -298,11 +290,7 @@ def test_replay_members_draw_from_their_own_memories_and_diverge_alone(name, los
     solo = [copy.deepcopy(m) for m in methods[:2]]
     for method, batches in zip(solo, data):
         method.fit(batches, getattr(method, loss))
-    members = []
-    for method, batches in zip(methods, data):
-        m = _Member(None, None)
-        m.method, m.batches, m.step = method, iter(batches), _step(method, getattr(method, loss))
-        members.append(m)
+    members = paused_members(methods, data, lambda method: _step(method, getattr(method, loss)))
     _train_task(members)
     for method, want, m in zip(methods, solo, members):
         assert m.error is None
@@ -384,11 +372,7 @@ def test_batchnorm_members_with_ragged_batches_match_their_solo_steps():
             F.cross_entropy(model(x), y).backward()
             opt.step()
         expected.append({k: v.detach().clone() for k, v in model.state_dict().items()})
-    members = []
-    for method, batches in zip(methods, data):
-        m = _Member(None, None)
-        m.method, m.batches = method, iter(batches)
-        members.append(m)
+    members = paused_members(methods, data)
     _train_task(members)
     for method, want in zip(methods, expected):
         for k, v in method.model.state_dict().items():

@@ -14,7 +14,7 @@ import clharness_methods  # noqa: F401
 import sklearn.datasets  # noqa: F401
 import sklearn.model_selection  # noqa: F401
 from clharness.engine.ensemble import _ensemble_id, run_ensemble, shared_hparams
-from mini_suite import mini_suite
+from mini_suite import mini_suite, paused_members
 
 
 def _quickstart(**scenario):
@@ -59,7 +59,7 @@ def test_trainer_step_by_step_equals_each_members_solo_fit():
     import copy
     import functools
 
-    from clharness.engine.ensemble import _Member, _train_task
+    from clharness.engine.ensemble import _train_task
     from clharness.method import Context, Setting
     from clharness.toolkit.backbones import MLP
     from clharness.toolkit.training import SupervisedMethod
@@ -89,11 +89,7 @@ def test_trainer_step_by_step_equals_each_members_solo_fit():
     solo = [copy.deepcopy(m) for m in methods]
     trainers = [method.fit(batches) for method, batches in zip(solo, data)]
     assert [t.scheduler.get_last_lr()[0] for t in trainers] == pytest.approx([0.005, 0.002])   # 3 and 2 epochs: milestones 1, 2
-    members = []
-    for method, batches in zip(methods, data):
-        m = _Member(None, None)
-        m.method, m.batches = method, iter(batches)
-        members.append(m)
+    members = paused_members(methods, data)
     _train_task(members)
     for method, want in zip(methods, solo):
         for p, q in zip(method.model.parameters(), want.model.parameters()):
