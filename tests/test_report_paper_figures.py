@@ -5,6 +5,7 @@ training time with its spread, and scripts/render_report.py's check of a rendere
 import html
 import importlib.util
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -489,18 +490,58 @@ def test_render_check_reads_a_browsers_dom_of_the_page(rendered):
 
 
 def _browser():
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        if os.environ.get("CI"):   # .ci/run installs Debian's chromium: a CI without it has lost the check
+            pytest.fail("CI is set but no headless Chromium is installed: .ci/run installs Debian's chromium "
+                        "(apt-get install -y chromium); the report's browser check must run in CI")
+        pytest.skip("no headless Chromium on this machine (chromium, chromium-browser, google-chrome; "
+                    "apt-get install -y chromium): the page, a DOM-like serialisation of it and its figures "
+                    "are checked without a browser above")
+    return browser
+
+
+def _audit_module():
+    spec = importlib.util.spec_from_file_location("browser_audit", REPO / "scripts" / "browser_audit.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["browser_audit"] = module   # its dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_headless_browser_renders_the_report_and_its_dom_passes_the_check(rendered):
-    if _browser() is None:
-        pytest.skip("no headless Chromium on this machine (chromium, chromium-browser, google-chrome): "
-                    "the page, a DOM-like serialisation of it and its figures are checked without a browser above")
+    _browser()
     script = _render_script()
     dom = script.dump_dom(rendered / "report.html")
     assert script.check_html(dom, rendered / "figs", script.DEMO_FIGURES) == []
     png = script.screenshot(rendered / "report.html", rendered / "report.png", 1400, 3000)
     assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_report_opened_in_a_real_browser_renders_every_figure_with_no_console_error_or_outside_request(rendered):
+    """Headless Chromium over the DevTools protocol: every <img> decodes, every inline chart has an area,
+    the console stays clean and no request leaves the machine."""
+    _browser()
+    page = rendered / "report.html"
+    found = _audit_module().audit(page)
+    assert found.problems == []
+    alts = re.findall(r'<img alt="', page.read_text())
+    images = [f for f in found.figures if f["w"] > 0 and f["h"] > 0]
+    assert len(alts) > 5 and len(images) == len(found.figures) >= len(alts)
+
+
+def test_the_browser_audit_sees_a_broken_figure_a_console_error_and_an_outside_request(rendered, tmp_path):
+    """The audit is not blind: the same page with one image pointed nowhere, a script error and an image
+    from the web reports all three."""
+    _browser()
+    text = (rendered / "report.html").read_text()
+    planted = text.replace("</body>", '<img alt="gone" src="missing.png"><script>console.error("planted")</script>'
+                                      '<img alt="web" src="https://example.invalid/a.png"></body>')
+    (tmp_path / "report.html").write_text(planted)
+    problems = _audit_module().audit(tmp_path / "report.html").problems
+    assert "console: planted" in problems
+    assert "external request: https://example.invalid/a.png" in problems
+    assert any(p.startswith("figure not rendered: gone") for p in problems)
 
 
 def test_gtep_slope_figure_is_exported_as_svg(tmp_path):
