@@ -246,14 +246,26 @@ class ClhSession:
         self.reused = 0
         self.not_registered: dict[str, None] = {}   # one line per planned method skipped as not registered
         self.stale: dict[str, None] = {}            # one line per record reused under --clh-reuse-stale
+        # what the session noted (a gate it cannot judge, a --clh-compare row it does not run): said once,
+        # in the summary; an xdist worker's notes reach the controller in its workeroutput
+        self.notes: dict[str, None] = {}
         self.session_id = getattr(config, "workerinput", {}).get("clh_session") or uuid.uuid4().hex
 
     @property
     def engine(self) -> Session:
         if self._engine is None:
             self._engine = Session(session_options(self.config), harness=_LazyHarness(self),
-                                   session_id=self.session_id, warn=_note)
+                                   session_id=self.session_id, warn=self.note)
         return self._engine
+
+    def note(self, message: str) -> None:
+        self.notes[message] = None
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        """pytest-xdist: a worker's notes join the controller's (every worker plans the same suites)."""
+        for message in getattr(node, "workeroutput", {}).get("clh_notes", ()):
+            self.notes[message] = None
 
     @property
     def remote(self):
@@ -417,6 +429,8 @@ class ClhSession:
         return "failed", letter, (record.status.upper(), {"red": True})
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
+        for message in self.notes:
+            terminalreporter.write_line(f"clharness: {message}", yellow=True)
         for line in self.not_registered:
             terminalreporter.write_line(f"clharness: {line}", yellow=True)
         if self.stale:
@@ -447,6 +461,8 @@ class ClhSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session, exitstatus) -> None:
+        if hasattr(self.config, "workeroutput"):   # pytest-xdist worker: the controller says them
+            self.config.workeroutput["clh_notes"] = list(self.notes)
         if self.remote is not None:   # keep what Ray finished unasked, cancel the rest
             self.remote.finish()
         # Interrupted or not, every finished record makes it into the file.
@@ -510,15 +526,6 @@ class SuiteFile(pytest.File):
         if isinstance(excinfo.value, (SuiteError, LookupError, ValueError)):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
-
-
-class ClhWarning(pytest.PytestWarning):
-    """Something a suite asked for that this session does not do (shown in the warnings summary)."""
-
-
-def _note(message: str) -> None:
-    import warnings
-    warnings.warn(ClhWarning(message), stacklevel=3)
 
 
 def make_item(cls, parent, name: str, callobj):

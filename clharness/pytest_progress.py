@@ -4,9 +4,11 @@ One GTEP or CLDyB case on real data trains for hours between two pytest status l
 
 - while a case runs, a terminal shows one updating line under the test line:
   ``<case>  task i/T  elapsed 1:02:03  ETA 0:41:10``, the ETA from the mean time of the tasks done;
-- a non-terminal (a CI log) gets one plain line per finished task instead;
+- a non-terminal (a CI log, which nobody watches live) gets one line per case instead, its result:
+  ``clharness: <case>  passed  final acc 0.875  train 1.2 s`` (``reused`` for a stored record);
 - the controller of a pytest-xdist or Ray session, which does not run cases itself, shows runs
-  done/total and a session ETA from the mean time of the runs done (the same two modes);
+  done/total and a session ETA from the mean time of the runs done (on a terminal an updating line;
+  in a log the same count ends each case's result line);
 - nothing under ``-q`` (and nothing on an xdist worker, whose output nobody sees).
 
 The runner reports tasks through its ``on_task(task, T)`` callback; it has no epoch callback, so
@@ -64,10 +66,10 @@ class Line:
     def _show(self, text: str, final: bool) -> None:
         tw = self.reporter._tw
         if not self.tty:
-            if final:
-                if tw.width_of_current_line:   # after the status letters: a line of its own
+            if final:   # after the status letters, a line of its own (no blank line: pytest's own
+                if tw.width_of_current_line:   # write_line would end its file's line with one)
                     tw.line()
-                self.reporter.write_line(f"clharness: {text}")
+                tw.line(f"clharness: {text}")
             return
         if not self.shown:
             self.column = tw.width_of_current_line   # where the test line stood, to return to
@@ -98,8 +100,9 @@ class CaseProgress:
 
     def __call__(self, done: int, total: int, unit: str = "task") -> None:
         self.head = progress_text(self.label, unit, done + 1, total, self.now() - self.start)
-        self.line.show(self.head, final=True)
         self.task_start = self.now()
+        if self.line.tty:   # a log gets the case's result line instead (ProgressPlugin.result_line)
+            self.line.show(self.head)
 
     def step(self, iteration: int, expected: int) -> None:
         now = self.now()
@@ -113,6 +116,28 @@ class CaseProgress:
                        f"  task ETA {'-' if left is None else clock(left)}")
 
 
+def result_text(nodeid: str, outcome: str, properties) -> str | None:
+    """A case's one line in a log: its outcome and, from its record, final accuracy and training time;
+    None for an item that is not a clharness unit."""
+    from .engine import outcomes
+    props = dict(properties or ())
+    if not any(key.startswith(("clharness_", "clh_")) for key in props):
+        return None
+    parts = [nodeid, outcome + (" (reused)" if outcomes.REUSED in props or outcomes.REUSED_STALE in props else "")]
+    if outcomes.RECORD in props:
+        import json
+        record = json.loads(props[outcomes.RECORD])
+        matrix = [row for row in record.get("acc_matrix") or [] if row]
+        if matrix and matrix[-1]:
+            final = [v for v in matrix[-1] if v is not None]
+            if final and len(final) == len(matrix[-1]):
+                parts.append(f"final acc {sum(final) / len(final):.3f}")
+        if record.get("status") not in (None, "passed"):
+            parts.append(record["status"])
+        parts.append(f"train {record.get('train_seconds', 0.0):.1f} s")
+    return "  ".join(parts)
+
+
 class ProgressPlugin:
     """Registered by clharness.pytest_plugin; ``case_callback(case)`` gives run_case its on_task."""
 
@@ -123,6 +148,7 @@ class ProgressPlugin:
         self.done = 0
         self.start = now()
         self.active: Line | None = None   # the line on screen, erased before pytest writes again
+        self.result: str | None = None    # the finished case's result line, written after its status
 
     def _line(self) -> Line | None:
         if self.config.get_verbosity() < 0 or hasattr(self.config, "workerinput"):
@@ -158,18 +184,28 @@ class ProgressPlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report) -> None:
-        """Before pytest writes the status: the progress line goes, the test line is as it was."""
+        """Before pytest writes the status: the progress line goes, the test line is as it was. A case's
+        result (its call, or a setup that failed) is kept for its line in a log."""
         if self.active is not None:
             self.active.clear()
             self.active = None
+        if report is not None and (report.when == "call" or (report.when == "setup" and not report.passed)):
+            self.result = result_text(report.nodeid, report.outcome, report.user_properties)
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logfinish(self, nodeid, location) -> None:
-        """After a run's status is written: the controller's runs done/total and session ETA."""
+        """After a run's status is written: in a log, the case's result line; the controller's runs
+        done/total and session ETA (on a terminal its own updating line, in a log at the result's end)."""
         self.done += 1
-        if not self._controller():
-            return
+        result, self.result = self.result, None
         line = self._line()
-        if line is not None:
+        if line is None:
+            return
+        session = progress_text("session", "runs", self.done, self.total, self.now() - self.start)
+        if not line.tty:
+            if result is not None:
+                line.show(result + (f"  [{session.removeprefix('session  ')}]" if self._controller() else ""), final=True)
+            return
+        if self._controller():
             self.active = line
-            line.show(progress_text("session", "runs", self.done, self.total, self.now() - self.start), final=True)
+            line.show(session)

@@ -25,7 +25,8 @@ def test_every_example_in_docs_api_runs_as_written(tmp_path, monkeypatch, capsys
     for block in doc_blocks():   # in page order, sharing names, as a reader pastes them
         exec(compile(block, str(DOC), "exec"), namespace)
     out = capsys.readouterr().out
-    assert "4 records" in out and "4 of 4 reused" in out
+    assert "6 records; all passed" in out and "6 of 6 reused" in out
+    assert "would pytest pass? True" in out   # the first example ends as a newcomer expects
     assert "records stored" in out and "task 0 classes:" in out
 
 

@@ -1,5 +1,6 @@
-"""Progress inside long runs (issue 19 part 2): task i/T with elapsed and ETA while a case runs; a
-non-terminal gets one line per finished task, -q nothing; the xdist controller counts runs."""
+"""Progress inside long runs (issue 19 part 2): task i/T with elapsed and ETA while a case runs on a
+terminal; a non-terminal (a CI log) gets one line per case, its result (issue 42 item 7); -q nothing;
+the xdist controller counts runs."""
 import io
 import re
 from pathlib import Path
@@ -33,6 +34,8 @@ name = "ci"
 """
 
 TASK_LINE = re.compile(r"^clharness: mini\.toml::ci\[tiny-seed(\d)\]  task (\d)/5  elapsed \d+:\d\d  ETA \d+:\d\d$")
+RESULT_LINE = re.compile(r"^clharness: mini\.toml::ci\[tiny-seed(\d)\]  passed( \(reused\))?  final acc (0\.\d{3})  "
+                         r"train \d+\.\d s(  \[runs (\d)/2  elapsed \S+  ETA \S+\])?$")
 
 
 def test_eta_from_the_mean_pace_of_the_tasks_done():
@@ -54,16 +57,23 @@ def run(pytester):
     return _run
 
 
-def test_non_terminal_gets_one_line_per_finished_task(pytester, monkeypatch):
+def test_non_terminal_gets_one_line_per_case_with_its_result(pytester, monkeypatch):
     # a subprocess: its fd-level output capture during the case is what the lines must get past
     monkeypatch.setenv("PYTHONPATH", str(HERE), prepend=":")
     pytester.makefile(".toml", mini=MINI)
-    result = pytester.runpytest_subprocess("-p", "plugin_methods", "-p", "no:cacheprovider", "mini.toml",
-                                           "--clh-method", "tiny")
+    args = ("-p", "plugin_methods", "-p", "no:cacheprovider", "mini.toml", "--clh-method", "tiny")
+    result = pytester.runpytest_subprocess(*args, "--clh-scorecard", "card.json")
     result.assert_outcomes(passed=2)
-    lines = [m.groups() for m in map(TASK_LINE.match, result.outlines) if m]
-    assert lines == [(seed, str(task)) for seed in "01" for task in range(1, 6)]
-    assert "session  runs" not in result.stdout.str()      # one process: no controller line
+    assert not any(map(TASK_LINE.match, result.outlines))    # no task lines in a log
+    lines = [m.groups() for m in map(RESULT_LINE.match, result.outlines) if m]
+    assert [(seed, reused) for seed, reused, *_ in lines] == [("0", None), ("1", None)]
+    import json
+    finals = {r["seed"]: r["acc_matrix"][-1] for r in json.loads((pytester.path / "card.json").read_text())["records"]}
+    for seed, _, acc, *_ in lines:   # the line's accuracy is the record's: the mean of the last row
+        assert acc == f"{sum(finals[int(seed)]) / len(finals[int(seed)]):.3f}"
+    assert "session  runs" not in result.stdout.str() and "[runs" not in result.stdout.str()   # one process
+    again = pytester.runpytest_subprocess(*args)
+    assert [m.group(2) for m in map(RESULT_LINE.match, again.outlines) if m] == [" (reused)"] * 2
 
 
 def test_quiet_under_q(run):
@@ -109,16 +119,33 @@ def test_terminal_line_updates_in_place_and_returns_to_the_test_line():
 
 
 def test_xdist_controller_counts_runs_done(pytester, monkeypatch):
-    """Under -n 2 the workers' task lines are not shown; the controller writes runs done/total."""
+    """Under -n 2 the workers' task lines are not shown; the controller's result lines count runs done/total."""
     monkeypatch.setenv("PYTHONPATH", str(HERE), prepend=":")
     pytester.makefile(".toml", mini=MINI)
     result = pytester.runpytest_subprocess("-p", "plugin_methods", "-p", "no:cacheprovider", "mini.toml",
                                            "--clh-method", "tiny", "-n", "2")
     result.assert_outcomes(passed=2)
-    done = [int(m.group(1)) for m in map(re.compile(r"^clharness: session  runs (\d)/2  elapsed \S+  ETA \S+$").match,
-                                         result.outlines) if m]
+    done = [int(m.group(5)) for m in map(RESULT_LINE.match, result.outlines) if m]
     assert done == [1, 2]
     assert not any(map(TASK_LINE.match, result.outlines))
+
+
+GATED = 'gates = ["finetune: final_acc beats tiny by 0.0"]\n' + MINI
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_a_gate_that_cannot_be_judged_is_said_once_in_the_summary(pytester, monkeypatch, workers):
+    """--clh-method tiny leaves out the gate's finetune: one line in clharness's summary, with the reason,
+    however many workers planned the suite, and no pytest warning."""
+    monkeypatch.setenv("PYTHONPATH", str(HERE), prepend=":")
+    pytester.makefile(".toml", mini=GATED)
+    result = pytester.runpytest_subprocess("-p", "plugin_methods", "-p", "no:cacheprovider", "mini.toml",
+                                           "--clh-method", "tiny", *workers)
+    result.assert_outcomes(passed=2)
+    said = [line for line in result.outlines if "not judged" in line]
+    assert said == ["clharness: mini: gate 'finetune: final_acc beats tiny by 0.0' not judged: this session "
+                    "does not run finetune"]
+    assert "warnings summary" not in result.stdout.str()
 
 
 def test_a_session_without_suites_prints_no_progress_of_ours(pytester):

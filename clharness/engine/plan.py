@@ -110,7 +110,7 @@ def gates(session, suite: Suite, cases: list[Unit]) -> list[Unit]:
                 session.harness.methods.entry(m)   # a typo is an error listing the known methods
         absent = [m for m in gate.methods if m != "*" and m not in running]
         if absent:   # e.g. --clh-method mine: the suite's gates about other methods do not apply
-            session.warn(f"{suite.name}: gate {gate.text!r} not judged: this session does not run {absent}")
+            session.warn(f"{suite.name}: gate {gate.text!r} not judged: this session does not run {', '.join(absent)}")
             continue
         found.append((f"gate[{gate.text}]", gate))
     drops = session.options.max_drops if session.options.compare else {}
