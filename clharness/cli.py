@@ -14,29 +14,9 @@ def main(argv: list[str] | None = None) -> int:
 
     run = sub.add_parser("run", help="run suites (default: the quickstart) and print the scorecard",
                          description="Runs suites as pytest cases; arguments after -- go to pytest.")
-    run.add_argument("--suite", action="append", default=[], metavar="NAME|PATH",
-                     help="suite to run (repeatable; default: quickstart)")
-    run.add_argument("--method", action="append", default=[], metavar="NAME", help="only these methods")
-    run.add_argument("--seeds", type=int, metavar="N", help="seeds 0..N-1 (default: the suite's)")
-    run.add_argument("--device", default="auto", help="auto|cpu|cuda|cuda:K (default: auto)")
-    run.add_argument("--data-root", metavar="DIR", help="folder holding the datasets")
-    run.add_argument("--download", action="store_true", help="let torchvision download missing datasets")
-    run.add_argument("--quick", action="store_true", help="shrunk budgets (the suites' [quick] settings)")
-    run.add_argument("--scorecard", metavar="PATH", help="also write the scorecard (.md/.json/.csv)")
-    run.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
-                     help="import MODULE as a clharness plugin")
-    run.add_argument("--results", metavar="PATH", help="SQLite results store (default: .clharness/results.sqlite)")
-    run.add_argument("--fresh", action="store_true", help="rerun every case, even those already stored")
-    run.add_argument("--compare", metavar="SCORECARD.json", help="regression gates against a saved scorecard")
-    run.add_argument("--max-drop", action="append", default=[], metavar="METRIC=VALUE",
-                     help="allowed drop against --compare (repeatable; default: final_acc=0.02)")
-    run.add_argument("--log", action="append", default=[], metavar="tensorboard:DIR|wandb:PROJECT|mlflow:URI",
-                     help="log every trained run (repeatable; optional extras)")
+    from .engine.options import add_cli_flags
+    add_cli_flags(run)   # the session options, from the one table (engine.options.OPTIONS)
     run.add_argument("-n", "--workers", metavar="N", help="pytest-xdist worker processes (e.g. 2 or auto)")
-    run.add_argument("--ray", metavar="local|auto|ray://HOST:PORT",
-                     help="run the cases as Ray tasks (pip install 'clharness[ray]'); see README 'Run on a cluster'")
-    run.add_argument("--gpus-per-run", type=float, metavar="F", help="GPUs per Ray task (0.25: four runs per GPU)")
-    run.add_argument("--cpus-per-run", type=float, metavar="N", help="CPUs per Ray task (default 1)")
     run.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments, after --")
 
     lst = sub.add_parser("list", help="registered methods, kinds, suites, datasets and backbones, with their sources")
@@ -137,42 +117,13 @@ def main(argv: list[str] | None = None) -> int:
 def run_suites(args: argparse.Namespace) -> int:
     import pytest
 
+    from .engine.options import pytest_argv
     pytest_args = ["-v", "-o", "cache_dir=.clharness/pytest_cache", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
-    for suite in args.suite or ["quickstart"]:
-        pytest_args += ["--clh-suite", suite]
-    for method in args.method:
-        pytest_args += ["--clh-method", method]
-    for plugin in args.plugin:
-        pytest_args += ["--clh-plugin", plugin]
-    if args.seeds:
-        pytest_args += ["--clh-seeds", str(args.seeds)]
-    pytest_args += ["--clh-device", args.device]
-    if args.data_root:
-        pytest_args += ["--clh-data-root", args.data_root]
-    if args.download:
-        pytest_args.append("--clh-download")
-    if args.quick:
-        pytest_args.append("--clh-quick")
-    if args.scorecard:
-        pytest_args += ["--clh-scorecard", args.scorecard]
-    if args.results:
-        pytest_args += ["--clh-results", args.results]
-    if args.fresh:
-        pytest_args.append("--clh-fresh")
-    if args.compare:
-        pytest_args += ["--clh-compare", args.compare]
-    for drop in args.max_drop:
-        pytest_args += ["--clh-max-drop", drop]
-    for log in args.log:
-        pytest_args += ["--clh-log", log]
+    if not args.clh_suite:
+        pytest_args += ["--clh-suite", "quickstart"]
+    pytest_args += pytest_argv(args)
     if args.workers:
         pytest_args += ["-n", args.workers]
-    if args.ray:
-        pytest_args += ["--clh-ray", args.ray]
-    if args.gpus_per_run is not None:
-        pytest_args += ["--clh-gpus-per-run", str(args.gpus_per_run)]
-    if args.cpus_per_run is not None:
-        pytest_args += ["--clh-cpus-per-run", str(args.cpus_per_run)]
     extra = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     return int(pytest.main(pytest_args + extra))
 

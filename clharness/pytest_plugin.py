@@ -9,6 +9,7 @@ pytest-xdist work as on any test.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import uuid
@@ -32,61 +33,11 @@ session_key = pytest.StashKey["ClhSession"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("clharness", "continual-learning benchmark suites (clharness)")
-    group.addoption("--clh-suite", action="append", default=[], metavar="NAME|PATH",
-                    help="run this suite (a registered name or a .toml path); repeatable")
-    group.addoption("--clh-method", action="append", default=[], metavar="NAME",
-                    help="only these methods (default: the suite's list, else every applicable one); repeatable")
-    group.addoption("--clh-seeds", type=int, default=None, metavar="N", help="seeds 0..N-1 (default: the suite's)")
-    group.addoption("--clh-device", default="auto", metavar="auto|cpu|cuda|cuda:K",
-                    help="device for every case (auto: CUDA when present)")
-    group.addoption("--clh-data-root", default=os.environ.get("CLH_DATA_ROOT"), metavar="DIR",
-                    help="folder holding the datasets (default: $CLH_DATA_ROOT)")
-    group.addoption("--clh-download", action="store_true", help="let torchvision download missing datasets")
-    group.addoption("--clh-results", default=".clharness/results.sqlite", metavar="PATH",
-                    help="SQLite results store: finished runs are reused on a rerun (default: %(default)s)")
-    group.addoption("--clh-fresh", action="store_true", help="rerun every case, even those already stored")
-    group.addoption("--clh-reuse-stale", action="store_true",
-                    help="reuse a stored record of the same case even when the code that made it has changed "
-                         "since (each one is listed at the end, with both code digests)")
-    group.addoption("--clh-scorecard", default=None, metavar="PATH",
-                    help="write the session's scorecard (.md, .json or .csv by suffix)")
-    group.addoption("--clh-figures", default=None, metavar="DIR",
-                    help="write every figure of the session's report to DIR: matplotlib figures as PNG, SVG and PDF, the "
-                         "hand-drawn SVG charts (GTEP slope, M2I and CLDyB bars) as SVG only (the page: DIR/report.html)")
-    group.addoption("--clh-compare", default=None, metavar="SCORECARD.json",
-                    help="add regression gates against a saved scorecard (see --clh-max-drop)")
-    group.addoption("--clh-max-drop", action="append", default=[], metavar="METRIC=VALUE",
-                    help="allowed drop of a metric's seed mean against --clh-compare "
-                         "(repeatable; default: final_acc=0.02)")
-    group.addoption("--clh-gate-timeout", type=float, default=3600, metavar="SECONDS",
-                    help="how long a gate waits for the cases it judges (pytest-xdist) (default: %(default)s)")
-    group.addoption("--clh-quick", action="store_true", help="shrunk budgets: the suites' [quick] settings")
-    # seeds | hparams | off, checked in pytest_configure (argparse's choices would reject a path that follows a plain
-    # --clh-ensemble before pytest_load_initial_conftests can tell them apart)
-    group.addoption("--clh-ensemble", nargs="?", const="seeds", default=None, metavar="seeds|hparams|off",
-                    help="cases that differ only in seed train as one batched model (opted-in methods; others solo); "
-                         "=hparams: also cases that differ only in float hyperparameters (lr, a loss weight); "
-                         "=off: every case solo; default: a suite's [suite] ensemble key; "
-                         "with -n an ensemble is one xdist unit of work (--dist loadgroup), with --clh-ray one task")
-    group.addoption("--clh-preset", action="append", default=[], metavar="FAMILY:NAME",
-                    help="a family's published configurations, e.g. gtep:cifar50-1-10tasks (GTEP: also run the "
-                         "paper's H* on D^E beside the tuned one); repeatable")
-    group.addoption("--clh-plugin", action="append", default=[], metavar="MODULE",
-                    help="import MODULE as a clharness plugin; repeatable")
-    group.addoption("--clh-log", action="append", default=[], metavar="tensorboard:DIR|wandb:PROJECT|mlflow:URI",
-                    help="log every run this session trains (optional extras clharness[tensorboard|wandb|mlflow]); "
-                         "repeatable")
-    group.addoption("--clh-ray", default=None, metavar="local|auto|ray://HOST:PORT",
-                    help="run the cases as Ray tasks (pip install 'clharness[ray]'): local starts a Ray runtime "
-                         "here, auto joins the cluster of `ray start`, ray://HOST:PORT uses Ray Client")
-    group.addoption("--clh-gpus-per-run", type=float, default=None, metavar="F",
-                    help="GPUs per Ray task, fractional allowed: 0.25 packs four runs on one GPU "
-                         "(default: the scenario's gpus_per_run, else 0)")
-    group.addoption("--clh-cpus-per-run", type=float, default=None, metavar="N",
-                    help="torch CPU threads of every run, serial, pytest-xdist and Ray alike (default 1, so results "
-                         "never depend on scheduling; a count other than 1 enters the record key), and the CPUs a "
-                         "Ray task reserves (default: the scenario's cpus_per_run, else 1)")
+    """The ``--clh-*`` options, from the one table (engine.options.OPTIONS). ``--clh-ensemble``'s value is
+    checked in pytest_configure: argparse's choices would reject a path that follows a plain --clh-ensemble
+    before pytest_load_initial_conftests can tell them apart."""
+    from .engine.options import add_pytest_options
+    add_pytest_options(parser.getgroup("clharness", "continual-learning benchmark suites (clharness)"))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -219,17 +170,17 @@ def session_options(config: pytest.Config) -> Options:
             drops = parse_drops(config.getoption("clh_max_drop"), known=scorecard_metrics(rows))
         except ValueError as exc:
             raise pytest.UsageError(f"--clh-max-drop: {exc}") from None
-    return Options(results=config.getoption("clh_results"), fresh=config.getoption("clh_fresh"),
-                   reuse_stale=config.getoption("clh_reuse_stale"),
-                   quick=config.getoption("clh_quick"), seeds=config.getoption("clh_seeds"),
-                   methods=tuple(config.getoption("clh_method")), device=config.getoption("clh_device"),
-                   data_root=config.getoption("clh_data_root"), download=config.getoption("clh_download"),
-                   presets=tuple(config.getoption("clh_preset")), plugins=tuple(config.getoption("clh_plugin")),
-                   cpus_per_run=config.getoption("clh_cpus_per_run"),
-                   xdist_worker=hasattr(config, "workerinput"),
-                   xdist_grouped=getattr(config, "workerinput", {}).get("clh_dist") in GROUPING_DIST,
-                   gate_timeout=config.getoption("clh_gate_timeout"), compare=config.getoption("clh_compare"),
-                   max_drops=drops, ensemble=config.getoption("clh_ensemble"))
+    from .engine.options import OPTIONS, PYTEST, parse_hparams
+    fields = {f.name for f in dataclasses.fields(Options)}
+    given = {o.argument: config.getoption(o.dest) for o in OPTIONS if PYTEST in o.where and o.argument in fields}
+    given.pop("max_drops")   # parsed above, against the saved scorecard's metrics
+    try:
+        hparams = parse_hparams(given.pop("hparams"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    lists = {name: tuple(value) for name, value in given.items() if isinstance(value, list)}
+    return Options(**{**given, **lists}, hparams=hparams, max_drops=drops, xdist_worker=hasattr(config, "workerinput"),
+                   xdist_grouped=getattr(config, "workerinput", {}).get("clh_dist") in GROUPING_DIST)
 
 
 class ClhSession:

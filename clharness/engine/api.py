@@ -48,31 +48,54 @@ class Records(list):
         return not any(u.outcome == "failed" for u in self.units)
 
 
-def _options(results, quick, device, fresh, methods, seeds, data_root, download, plugins, presets,
-             ensemble: bool | str | None = False) -> Options:
-    return Options(results=results, fresh=fresh, quick=quick, seeds=seeds, ensemble=ensemble,
-                   methods=tuple([methods] if isinstance(methods, str) else methods or ()), device=device,
-                   data_root=str(data_root) if data_root else None, download=download,
-                   presets=tuple(presets), plugins=tuple([plugins] if isinstance(plugins, str) else plugins))
+def api_options(**given) -> Options:
+    """``clharness.run``'s keyword arguments as session ``Options``: the rows of ``engine.options.OPTIONS``
+    offered to the API (an unknown name is a TypeError with a did-you-mean)."""
+    from .options import API, OPTIONS, parse_hparams
+    from .suites import did_you_mean
+    known = {o.argument: o for o in OPTIONS if API in o.where and o.argument not in ("suite", "scorecard")}
+    for name in given:
+        if name not in known:
+            raise TypeError(f"clharness.run: unknown argument {name!r}{did_you_mean(name, known)}; "
+                            f"known: {', '.join(known)}")
+    values = {}
+    for name, value in given.items():
+        if known[name].kind == "append" and name not in ("hparams", "max_drops"):
+            value = tuple([value] if isinstance(value, str) else value or ())
+        values[name] = value
+    if "hparams" in values:
+        values["hparams"] = parse_hparams(values["hparams"] or {})
+    if values.get("compare") and not isinstance(values.get("max_drops"), dict):   # default: final_acc=0.02
+        from ..reporting.compare import parse_drops
+        values["max_drops"] = parse_drops(list(values.get("max_drops") or ()))
+    if values.get("data_root") is not None:
+        values["data_root"] = str(values["data_root"])
+    return Options(**values)
 
 
-def run(suite: str | Path, methods: str | Iterable[str] | None = None, seeds: int | None = None,
-        results: str | Path = ".clharness/results.sqlite", quick: bool = False, device: str = "auto",
-        fresh: bool = False, data_root: str | Path | None = None, download: bool = False,
-        plugins: str | Iterable[str] = (), presets: Iterable[str] = (), ensemble: bool | str | None = False) -> Records:
+def _options(results, quick, device, fresh, methods, seeds, data_root, download, plugins, presets) -> Options:
+    return api_options(results=results, quick=quick, device=device, fresh=fresh, methods=methods, seeds=seeds,
+                       data_root=data_root, download=download, plugins=plugins, presets=presets)
+
+
+def run(suite: str | Path, **options) -> Records:
     """Run ``suite`` (a registered name or a .toml path) and return its records.
 
-    ``methods``: only these (default: the suite's); ``seeds``: seeds 0..N-1 (default: the suite's);
-    ``results``: the SQLite store (stored runs are reused unless ``fresh``); ``quick``: the suite's
-    ``[quick]`` budgets; ``plugins``: modules or .py files registering methods (``--clh-plugin``);
+    The keyword arguments are the session options of ``engine.options.OPTIONS`` (the pytest options
+    ``--clh-NAME`` without the prefix; see docs/api.md): ``methods``: only these (default: the suite's);
+    ``add_methods``: the suite's methods plus these; ``hparams``: ``{METHOD: {NAME: value or [values]}}``
+    (a list makes one case per value); ``seeds``: seeds 0..N-1 (default: the suite's); ``results``: the
+    SQLite store (stored runs are reused unless ``fresh``); ``quick``: the suite's ``[quick]`` budgets;
+    ``plugins``: modules or .py files registering methods (``--clh-plugin``); ``scorecard``: also write the
+    scorecard (.md, .json, .csv); ``save_models``: a folder for each case's final method state;
     ``ensemble``: True or "seeds": cases that differ only in seed train as one batched model; "hparams":
     also cases that differ only in float hyperparameters (engine.ensemble); "off": every case solo;
     False: as the suite's ``[suite] ensemble`` key says.
     A bad suite raises before anything trains; a failing case is a record with its status, never an
     exception."""
+    scorecard = options.pop("scorecard", None)
     from .plan import expand, resolve_suite
-    session = Session(_options(results, quick, device, fresh, methods, seeds, data_root, download, plugins, presets,
-                               ensemble))
+    session = Session(api_options(**options))
     try:
         units = expand(session, resolve_suite(session, suite))
         session.schedule(units)
@@ -95,9 +118,26 @@ def run(suite: str | Path, methods: str | Iterable[str] | None = None, seeds: in
                 elif name == outcomes.GATE and not result.message:
                     result.message = value
             out.units.append(result)
+        if scorecard:
+            from ..reporting.scorecard import write
+            write(scorecard, out)
         return out
     finally:
         session.close()
+
+
+def _signature():
+    """``run(suite, *, <every API row of engine.options.OPTIONS>)``, for help() and editors."""
+    import inspect
+    from .options import API, OPTIONS
+    defaults = Options()
+    params = [inspect.Parameter("suite", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    params += [inspect.Parameter(o.argument, inspect.Parameter.KEYWORD_ONLY, default=getattr(defaults, o.argument, o.value))
+               for o in OPTIONS if API in o.where and o.argument != "suite"]
+    return inspect.Signature(params, return_annotation=Records)
+
+
+run.__signature__ = _signature()
 
 
 @dataclass
@@ -122,9 +162,14 @@ class LoadedCase:
 
 def load_case(suite: str | Path, scenario: str, method: str, seed: int = 0, quick: bool = False,
               device: str = "cpu", data_root: str | Path | None = None, download: bool = False,
-              plugins: str | Iterable[str] = (), hparams: dict | None = None) -> LoadedCase:
+              plugins: str | Iterable[str] = (), hparams: dict | None = None, trained: bool = False,
+              models: str | Path | None = None) -> LoadedCase:
     """Build the case ``suite::scenario[method-seed<seed>]`` as a run would (same seeding, same
-    scenario, same context), without training it. ``hparams`` override the suite's."""
+    scenario, same context), without training it. ``hparams`` override the suite's. ``trained=True``:
+    the method is the one a run with ``--clh-save-models DIR`` saved (``models=DIR``), after its last
+    task, ready to evaluate."""
+    if trained and not models:
+        raise ValueError("load_case(trained=True) needs models=DIR, the folder --clh-save-models wrote")
     from ..kinds import install
     from .plan import resolve_suite
     from .runner import Case, case_key, make_context, resolve_hparams, seed_everything
@@ -144,4 +189,8 @@ def load_case(suite: str | Path, scenario: str, method: str, seed: int = 0, quic
     seed_everything(seed)
     built = case.build_scenario(harness.datasets, session.device, Path(data_root) if data_root else None, download)
     context = make_context(case, built, harness, session.device)
-    return LoadedCase(case, built, context, method_cls(context, **case.hparams), case_key(case, method_cls))
+    key = case_key(case, method_cls)
+    if trained:
+        from .saved_models import load
+        return LoadedCase(case, built, context, load(models, key, context, session.device), key)
+    return LoadedCase(case, built, context, method_cls(context, **case.hparams), key)

@@ -36,7 +36,7 @@ def expand(session, path: Path) -> list[Unit]:
     """Every unit of the suite file at ``path``, in order. Raises SuiteError (and LookupError,
     ValueError) on a bad suite, before anything runs."""
     from ..kinds import install, preset_seeds
-    from .runner import Case
+    from .runner import Case, resolve_hparams
     install(session.harness.kinds)   # every plugin's kinds (clharness_add_kinds), before the suite's are checked
     opts = session.options
     suite = load_suite(path, quick=opts.quick)
@@ -44,11 +44,20 @@ def expand(session, path: Path) -> list[Unit]:
     check(session, suite)   # every name against the registries, before anything is built or trained
     session.resources.update({(suite.name, name): res for name, res in suite.resources.items()})
     seeds = opts.seeds or preset_seeds(list(opts.presets), suite) or suite.seeds
+    from . import overrides
+    chosen = {spec.name: methods_for(session, suite, spec.setting_enum) for spec in suite.scenarios}
+    overrides.check(session, suite, {m for methods in chosen.values() for m in methods})
+    suite = overrides.with_first_values(suite, opts.hparams)   # what the families' own units see
     units: list[Unit] = []
     plain: list[Unit] = []   # the plain cases: what the suite's gates judge
     for spec in suite.scenarios:
         module = kind_module(spec.kind)
-        methods = methods_for(session, suite, spec.setting_enum)
+        methods = chosen[spec.name]
+        if hasattr(module, "collect") or spec.select_hparams is not None:
+            several = overrides.varied(opts.hparams, methods)
+            if several:
+                raise SuiteError(f"--clh-hparam: scenario {spec.name!r} (kind {spec.kind}) runs its own protocol; "
+                                 f"give {', '.join(several)} one value per hyperparameter there (one session each)")
         if hasattr(module, "collect"):   # multi-run protocols (GTEP, CLDyB) make their own units
             units += module.collect(session, suite, spec, methods, seeds)
             continue
@@ -58,11 +67,14 @@ def expand(session, path: Path) -> list[Unit]:
             continue
         for method in methods:
             method_cls = session.harness.methods[method]
-            hparams = suite_hparams(suite, method_cls)
-            for seed in range(seeds):
-                plain.append(case_unit(suite, f"{spec.name}[{method}-seed{seed}]",
-                                       Case(suite.name, spec, method, seed, hparams), method_cls))
-                units.append(plain[-1])
+            suite_hparams(suite, method_cls)   # the suite's table checked, with its file in the message
+            for tag, values in overrides.variants(opts.hparams, method):
+                hparams = resolve_hparams(method_cls, suite.hparams.get(method, {}), values)
+                label = f"{method}-{tag}" if tag else method
+                for seed in range(seeds):
+                    plain.append(case_unit(suite, f"{spec.name}[{label}-seed{seed}]",
+                                           Case(suite.name, spec, method, seed, hparams), method_cls))
+                    units.append(plain[-1])
     for spec in suite.scenarios:   # the suite's planned methods that no plugin registers
         for method in not_registered(session, suite):
             message = (f"not registered: method {method!r}, named in planned_methods of suite {suite.name!r}; "
@@ -80,16 +92,21 @@ def _skip_not_registered(session, unit: Unit) -> None:
 
 def methods_for(session, suite: Suite, setting) -> list[str]:
     """The registered methods to run: the session's ``methods``, else the suite's methods and its
-    registered planned_methods, else every method supporting the setting."""
+    registered planned_methods, else every method supporting the setting; then ``add_methods``."""
     harness, requested = session.harness, list(session.options.methods)
+    added = [m for m in session.options.add_methods if m not in requested]
+    for name in added:   # --clh-add-method: a typo is an error naming the closest method
+        if name not in harness.methods:
+            raise SuiteError(f"--clh-add-method {name}: unknown method{did_you_mean(name, list(harness.methods))}; "
+                             f"known: {', '.join(harness.methods)}")
     chosen = requested or ([*suite.methods, *suite.planned_methods] if suite.methods else [])
     missing = not_registered(session, suite)
     chosen = [name for name in chosen if name not in missing]
     for name in chosen:
         harness.methods.entry(name)   # unknown name: error listing the known ones
-    if chosen or requested or suite.methods:
-        return chosen
-    return [name for name in harness.methods if setting in set(harness.methods[name].settings)]
+    if not (chosen or requested or suite.methods):
+        chosen = [name for name in harness.methods if setting in set(harness.methods[name].settings)]
+    return [*chosen, *(m for m in added if m not in chosen)]
 
 
 def not_registered(session, suite: Suite) -> list[str]:

@@ -150,9 +150,11 @@ def resolve_hparams(method_cls: type[Method], *overrides: dict[str, Any]) -> dic
 
 
 def run_case(case: Case, harness, device: torch.device, data_root: Path | None = None,
-             download: bool = False, on_task: Callable[[int, int], None] | None = None) -> RunRecord:
+             download: bool = False, on_task: Callable[[int, int], None] | None = None,
+             keep: Callable[[Method, Context], None] | None = None) -> RunRecord:
     """Run ``case`` and return its record; exceptions become statuses, never escape
-    (except KeyboardInterrupt, so an interrupted session stops)."""
+    (except KeyboardInterrupt, so an interrupted session stops). ``keep(method, context)`` gets the
+    trained method of a run that passed (``--clh-save-models``)."""
     method_cls = harness.methods[case.method]
     torch.set_num_threads(_CPU_THREADS)
     record = RunRecord(suite=case.suite, scenario=case.scenario.name, method=case.method, seed=case.seed,
@@ -177,7 +179,7 @@ def run_case(case: Case, harness, device: torch.device, data_root: Path | None =
         record.dataset = scenario.dataset
         record.weights = weights_identity(case.scenario.backbone, case.scenario.backbone_options)
         record.class_order = scenario.class_names
-        _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_task)
+        _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_task, keep)
     finally:
         record.finished_at = time.time()
     return record
@@ -202,7 +204,7 @@ def make_context(case: Case, scenario, harness, device: torch.device) -> Context
         task_classes=tuple(tuple(t.classes) for t in scenario.tasks) if scenario.setting is Setting.TASK_IL else ())
 
 
-def _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_task):
+def _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_task, keep=None):
     """Build the method and run the scenario's protocol on it: ``scenario.protocol`` where the
     kind defines one (online streams), else the task-by-task protocol below. A protocol fills
     ``record`` as it goes (so a failure keeps what was measured) and keeps ``record.failed_task``
@@ -235,6 +237,8 @@ def _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_
         if not isinstance(exc, MethodError):
             record.message += "\n" + "".join(traceback.format_exception(exc)[-6:])
     record.failed_task = None if record.status == "passed" else max(record.failed_task, 0)
+    if keep is not None and record.status == "passed":
+        keep(method, context)
     if method is not None:
         report = method.memory_report()
         record.memory = dataclasses.asdict(report)

@@ -26,25 +26,34 @@ def note(message: str) -> None:
     warnings.warn(ClhWarning(message), stacklevel=3)
 
 
+def _default(name: str):
+    from .options import default
+    return field(default_factory=lambda: default(name))
+
+
 @dataclass
 class Options:
-    """What a session is asked to do: the pytest options ``--clh-*`` and ``clharness.run``'s arguments."""
-    results: str | Path = ".clharness/results.sqlite"
-    fresh: bool = False
-    reuse_stale: bool = False                # reuse a record made by other code (said, never silent)
-    quick: bool = False
-    seeds: int | None = None                 # None: the suite's (or a family preset's)
-    methods: tuple[str, ...] = ()            # () : the suite's methods
-    device: str = "auto"
+    """What a session is asked to do: the pytest options ``--clh-*`` and ``clharness.run``'s arguments.
+    Defaults, help and key rules are declared once, in ``engine.options.OPTIONS``."""
+    results: str | Path = _default("results")
+    fresh: bool = _default("fresh")
+    reuse_stale: bool = _default("reuse-stale")      # reuse a record made by other code (said, never silent)
+    quick: bool = _default("quick")
+    seeds: int | None = _default("seeds")            # None: the suite's (or a family preset's)
+    methods: tuple[str, ...] = ()                    # () : the suite's methods
+    add_methods: tuple[str, ...] = ()                # run besides the suite's (or the selected) methods
+    hparams: dict[str, dict[str, list]] = field(default_factory=dict)   # method -> name -> values (one case each)
+    device: str = _default("device")
     data_root: str | None = None
-    download: bool = False
-    presets: tuple[str, ...] = ()            # --clh-preset FAMILY:NAME
-    plugins: tuple[str, ...] = ()            # --clh-plugin MODULE
-    cpus_per_run: float | None = None        # torch threads per run (and a Ray task's CPUs); None: 1
+    download: bool = _default("download")
+    presets: tuple[str, ...] = ()                    # --clh-preset FAMILY:NAME
+    plugins: tuple[str, ...] = ()                    # --clh-plugin MODULE
+    cpus_per_run: float | None = _default("cpus-per-run")   # torch threads per run (and a Ray task's CPUs); None: 1
+    save_models: str | None = _default("save-models")       # a folder for each case's final method state
     xdist_worker: bool = False               # this session is one pytest-xdist worker (its units are shared out)
     xdist_grouped: bool = False              # ... whose --dist keeps an ensemble's units on one worker (loadgroup)
-    gate_timeout: float = 3600.0
-    compare: str | None = None               # a saved scorecard JSON to gate against
+    gate_timeout: float = _default("gate-timeout")
+    compare: str | None = _default("compare")   # a saved scorecard JSON to gate against
     max_drops: dict[str, float] = field(default_factory=dict)
     # --clh-ensemble[=seeds|hparams] (True: seeds): cases differing only in seed (or float hyperparameters) train as
     # one batched model (engine.ensemble); None/False: as each suite's [suite] ensemble key says
@@ -165,6 +174,7 @@ class Session:
                 amend(record)
             self.keep(record)
         unit.properties.append((outcomes.RECORD, record.to_json()))
+        self._check_saved(record)
         if record.status == "not-applicable":
             raise outcomes.Skipped(record.message)
         if record.status == "diverged" and divergence_expected:
@@ -192,11 +202,29 @@ class Session:
         root = self.options.data_root
         try:
             return run_case(case, self.harness, self.device, Path(root) if root else None, self.options.download,
-                            on_task=self.progress(unit) if self.progress else None)
+                            on_task=self.progress(unit) if self.progress else None, keep=self._saver(key, case))
         except Exception as exc:   # outside the method's protocol: setup, a family's builder, the harness itself
             marker.status, marker.finished_at = "error", _time.time()
             marker.message = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exception(exc)[-4:])
             return marker
+
+    def _saver(self, key: str, case):
+        """--clh-save-models: ``keep(method, context)`` writing the trained method under its record key."""
+        if not self.options.save_models:
+            return None
+        from .saved_models import save
+        return lambda method, context: save(method, context, self.options.save_models, key, case.id)
+
+    def _check_saved(self, record: RunRecord) -> None:
+        """--clh-save-models: a passed record whose trained method is not on disk (reused from the store,
+        trained as an ensemble member or on a Ray worker) is said once, with how to get it."""
+        if not self.options.save_models or record.status != "passed":
+            return
+        from .saved_models import model_path
+        if not model_path(self.options.save_models, record.key).exists():
+            self.warn(f"{record.case_id}: no trained model saved in {self.options.save_models} (its record was reused, "
+                      "or it trained as an ensemble member or a Ray task); rerun it with --clh-fresh (and without "
+                      "--clh-ensemble / --clh-ray) to save it")
 
     def keep(self, record: RunRecord) -> None:
         """Store a fresh record (one transaction: a crash later loses nothing) and tell the loggers."""
