@@ -629,6 +629,28 @@ MUTATIONS: tuple[Mutation, ...] = (
              'path = {suffix: _export["dir"] / f"{name}{suffix}" for suffix',
              'path = {suffix: (_export["dir"] / name).with_suffix(suffix) for suffix',
              (P + "test_rendered_demo_report_has_the_family_figures_with_one_colour_per_method",)),
+    # issue 42: options from outside, saved models, quiet logs, the report in a browser
+    Mutation("add-method-dropped", "clharness/engine/plan.py",
+             "return [*chosen, *(m for m in added if m not in chosen)]", "return chosen",
+             ("tests/test_session_options.py::test_add_method_runs_the_suites_methods_plus_mine",)),
+    Mutation("hparam-list-first-value-only", "clharness/engine/overrides.py",
+             "itertools.product(*(table[n] for n in names))", "itertools.product(*(table[n][:1] for n in names))",
+             ("tests/test_session_options.py::test_an_hparam_override_makes_its_own_record_and_a_list_one_case_per_value",)),
+    Mutation("hparam-range-unchecked", "clharness/engine/overrides.py",
+             "resolve(method, space, {name: value})", "pass",
+             ("tests/test_session_options.py::test_a_bad_hparam_override_is_refused_before_anything_trains",)),
+    Mutation("saved-model-keeps-the-old-context", "clharness/engine/saved_models.py",
+             'return "context" if obj is self.context else None', "return None",
+             ("tests/test_session_options.py::test_saved_models_load_back_ready_to_evaluate_and_reused_cases_say_when_none_was_saved",)),
+    Mutation("log-line-shows-the-last-task-only", "clharness/pytest_progress.py",
+             'parts.append(f"final acc {sum(final) / len(final):.3f}")', 'parts.append(f"final acc {final[-1]:.3f}")',
+             ("tests/test_progress.py::test_non_terminal_gets_one_line_per_case_with_its_result",)),
+    Mutation("xdist-notes-lost", "clharness/pytest_plugin.py",
+             'self.config.workeroutput["clh_notes"] = list(self.notes)', "pass",
+             ("tests/test_progress.py::test_a_gate_that_cannot_be_judged_is_said_once_in_the_summary",)),
+    Mutation("browser-audit-blind-to-the-web", "scripts/browser_audit.py",
+             "if not request_url.startswith(LOCAL_SCHEMES):", "if False:",
+             (P + "test_the_browser_audit_sees_a_broken_figure_a_console_error_and_an_outside_request",)),
 )
 
 
