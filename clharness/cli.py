@@ -79,6 +79,32 @@ def main(argv: list[str] | None = None) -> int:
                            "commit this clharness was installed from, else the Repository URL of its "
                            "package metadata, git+https://github.com/clharness/clharness)")
 
+    store = sub.add_parser("store", help="see, prune and export a results store")
+    store_sub = store.add_subparsers(dest="store_command", required=True)
+    export = store_sub.add_parser("export", help="a suite's records as one self-contained bundle (zip) that "
+                                                 "`clharness verify` re-runs anywhere")
+    export.add_argument("results", metavar="RESULTS", help="the SQLite results store")
+    export.add_argument("--suite", required=True, metavar="NAME|PATH", help="the suite whose records to export")
+    export.add_argument("-o", "--output", required=True, metavar="BUNDLE", help="the bundle file to write (.zip)")
+    export.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
+                        help="import MODULE as a clharness plugin (the records' methods)")
+
+    ver = sub.add_parser("verify", help="re-run sampled cases of an exported bundle here; per case: same inputs? "
+                                        "reproduced? (exit 1 if any is not)",
+                         description="BUNDLE is a zip that `clharness store export` wrote. Each sampled case is rebuilt "
+                                     "from the bundle's suite file with this machine's code and run; its key inputs "
+                                     "(code digest, library versions, hyperparameters, weights, ...) are compared "
+                                     "with the stored ones and named where they differ, and its result with the "
+                                     "stored one: bit-identical on CPU where the inputs match, else within the "
+                                     "stored seeds' spread.")
+    ver.add_argument("bundle", metavar="BUNDLE", help="a bundle written by clharness store export")
+    ver.add_argument("--sample", type=int, default=3, metavar="N", help="cases to re-run (default: %(default)s)")
+    ver.add_argument("--seed", type=int, default=0, help="which cases the sample draws (default: %(default)s)")
+    ver.add_argument("--device", default="cpu", help="device of the re-runs (default: cpu)")
+    ver.add_argument("--data-root", default=os.environ.get("CLH_DATA_ROOT"), metavar="DIR")
+    ver.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
+                     help="import MODULE as a clharness plugin (the bundle's methods)")
+
     data = sub.add_parser("data", help="datasets: check what a suite needs, fetch what can be downloaded")
     data_sub = data.add_subparsers(dest="data_command", required=True)
     dcheck = data_sub.add_parser("check", help="each dataset a suite needs: present under the data root or not, "
@@ -101,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "data":
         return data_command(args)
+    if args.command == "verify":
+        return verify_command(args)
+    if args.command == "store" and args.store_command == "export":
+        return export_command(args)
     if args.command == "init":
         return init_package(args)
     if args.command in commands:
@@ -112,6 +142,41 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "report":
         return report_results(args)
     return list_registered(args)
+
+
+def verify_command(args: argparse.Namespace) -> int:
+    from .engine.bundle import verify_bundle
+    from .kinds import install
+    from .plugins import Harness
+    harness = Harness(plugins=tuple(args.plugin))
+    install(harness.kinds)
+    try:
+        return verify_bundle(args.bundle, args.sample, harness, device=args.device, data_root=args.data_root,
+                             seed=args.seed)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"clharness verify: {exc}", file=sys.stderr)
+        return 2
+
+
+def export_command(args: argparse.Namespace) -> int:
+    """``clharness store export RESULTS --suite NAME -o BUNDLE``."""
+    from .engine.bundle import export_bundle
+    from .kinds import install
+    from .plugins import Harness
+    harness = Harness(plugins=tuple(getattr(args, "plugin", ()) or ()))
+    install(harness.kinds)
+    suite = Path(harness.suites[args.suite]) if args.suite in harness.suites else Path(args.suite)
+    if not suite.exists():
+        print(f"clharness store export: unknown suite {args.suite!r} (a registered name or a .toml path)", file=sys.stderr)
+        return 2
+    try:
+        out = export_bundle(args.results, suite, args.output, harness)
+    except ValueError as exc:
+        print(f"clharness store export: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}: the records of suite {args.suite} with their key inputs, scorecard and suite file; "
+          f"check it anywhere with: clharness verify {out} --sample N")
+    return 0
 
 
 def run_suites(args: argparse.Namespace) -> int:
