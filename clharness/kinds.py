@@ -40,7 +40,11 @@ from types import ModuleType
 
 from .registry import Registry
 
-BUILTIN_KINDS = "clharness.benchmarks"   # the plugin module of the five built-in families
+BUILTIN_KINDS = "clharness.benchmarks"
+
+
+class ScenarioError(ValueError):
+    """A scenario that a family cannot build from its dataset (raised by a family's ``build``)."""   # the plugin module of the five built-in families
 
 
 @dataclass(frozen=True)

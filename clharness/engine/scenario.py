@@ -7,13 +7,9 @@ from pathlib import Path
 
 import torch
 
-from ..kinds import kind_module
+from ..kinds import ScenarioError, kind_module
 from ..method import Experience, Setting
 from .suites import ScenarioSpec
-
-
-class ScenarioError(ValueError):
-    """A scenario that cannot be built from its dataset."""
 
 
 @dataclass

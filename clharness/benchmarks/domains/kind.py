@@ -26,7 +26,7 @@ from ...engine.scenario import Scenario, ScenarioError, Task
 from ...engine.suites import ScenarioSpec
 from ...method import Setting
 from ...toolkit import augment
-from ..splits.kind import _per_class_index, _wrapper, normalization
+from ...data.subsets import normalization, on_device, per_class_index
 
 MULTI_DATASET = True
 SHIFTS = ("permute", "rotate", "datasets")
@@ -66,7 +66,7 @@ def _source(datasets, name: str, options: dict):
 def _limited(ds, limit, rng):
     if limit is None:
         return ds
-    index = np.concatenate(_per_class_index(ds.labels, range(len(ds.classes)), limit, rng))
+    index = np.concatenate(per_class_index(ds.labels, range(len(ds.classes)), limit, rng))
     return ds.subset(torch.from_numpy(np.sort(index)).long())
 
 
@@ -108,7 +108,7 @@ def build(spec: ScenarioSpec, datasets, seed: int, device: torch.device, data_ro
         classes = list(train.classes)
         identity = f"{source.identity()}~{o['shift']}" + (f"{angles}" if o["shift"] == "rotate" else "")
     mean, std = normalization(spec, splits[0][0])
-    wrap = _wrapper(device, mean, std, tuple(spec.image_size) if spec.image_size else None, spec.channels,
+    wrap = on_device(device, mean, std, tuple(spec.image_size) if spec.image_size else None, spec.channels,
                     augment.get(spec.augment))
     tasks = []
     for train, test in splits:

@@ -56,7 +56,7 @@ from ...data import ArrayDataset, DatasetMissing, TensorData, load_split
 from ...method import Setting
 from ...engine.suites import ScenarioSpec
 from ...engine.scenario import Scenario, ScenarioError, Task
-from ..splits.kind import normalization
+from ...data.subsets import normalization
 from .names import CURRICULA, SHARED_SEP
 
 MULTI_DATASET = True

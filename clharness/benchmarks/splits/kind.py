@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from ...toolkit import augment
-from ...data import ArrayDataset, DatasetSource, FileDataset, StreamData, TensorData, load_split
+from ...data import DatasetSource, load_split
+from ...data.subsets import normalization, on_device, per_class_index, relabel
 from ...method import Setting
 from ...engine.scenario import Scenario, ScenarioError, Task
 from ...engine.suites import ScenarioSpec
@@ -31,24 +32,6 @@ def task_sizes(spec: ScenarioSpec, num_classes: int) -> list[int]:
         raise ScenarioError(f"scenario {spec.name!r}: {num_classes} classes cannot be split as a first task of "
                             f"{first} then tasks of {spec.increment}")
     return [first] + [spec.increment] * (rest // spec.increment)
-
-
-def _per_class_index(labels: torch.Tensor, classes, limit: int | None, rng: np.random.Generator):
-    """Indices of the given classes, at most ``limit`` per class (a seeded random subset)."""
-    labels = labels.numpy()
-    out = []
-    for c in classes:
-        idx = np.flatnonzero(labels == c)
-        if limit is not None and len(idx) > limit:
-            idx = np.sort(rng.choice(idx, limit, replace=False))
-        out.append(idx)
-    return out
-
-
-def _relabel(ds, index: np.ndarray, mapping: np.ndarray):
-    sub = ds.subset(torch.from_numpy(index).long())
-    sub.labels = torch.from_numpy(mapping[sub.labels.numpy()]).long()
-    return sub
 
 
 def build(spec: ScenarioSpec, source: DatasetSource, seed: int, device: torch.device,
@@ -76,26 +59,26 @@ def build(spec: ScenarioSpec, source: DatasetSource, seed: int, device: torch.de
     image_size = tuple(spec.image_size) if spec.image_size else None
     # the recipe rides on every split: its test-time view (if any) everywhere, its random training
     # views only where a method asks an Experience (train data); the runner never asks for them
-    wrap = _wrapper(device, mean, std, image_size, spec.channels, augment.get(spec.augment))
+    wrap = on_device(device, mean, std, image_size, spec.channels, augment.get(spec.augment))
     data_rng = np.random.default_rng([seed, 1])   # subsampling and validation draws, stable per seed
 
     tasks, start = [], 0
     for size in sizes:
         classes = order[start:start + size]
         train_parts, val_parts = [], []
-        for idx in _per_class_index(train_ds.labels, classes, spec.max_train_per_class, data_rng):
+        for idx in per_class_index(train_ds.labels, classes, spec.max_train_per_class, data_rng):
             n_val = int(round(len(idx) * spec.validation))
             perm = data_rng.permutation(idx)
             val_parts.append(np.sort(perm[:n_val]))
             train_parts.append(np.sort(perm[n_val:]))
-        test_idx = _per_class_index(test_ds.labels, classes, spec.max_test_per_class, data_rng)
+        test_idx = per_class_index(test_ds.labels, classes, spec.max_test_per_class, data_rng)
         for c, part in zip(classes, test_idx):
             if len(part) == 0:
                 raise ScenarioError(f"scenario {spec.name!r}: class {train_ds.classes[c]!r} of dataset "
                                     f"{source.name!r} has no test images")
-        train = _relabel(train_ds, np.concatenate(train_parts), mapping)
-        test = _relabel(test_ds, np.concatenate(test_idx), mapping)
-        val = _relabel(train_ds, np.concatenate(val_parts), mapping) if spec.validation else None
+        train = relabel(train_ds, np.concatenate(train_parts), mapping)
+        test = relabel(test_ds, np.concatenate(test_idx), mapping)
+        val = relabel(train_ds, np.concatenate(val_parts), mapping) if spec.validation else None
         tasks.append(Task(tuple(range(start, start + size)), wrap(train), wrap(test), val and wrap(val)))
         start += size
 
@@ -104,21 +87,3 @@ def build(spec: ScenarioSpec, source: DatasetSource, seed: int, device: torch.de
                     source.identity())
 
 
-def normalization(spec: ScenarioSpec, train_ds) -> tuple[list[float], list[float]]:
-    """(mean, std) of a scenario's inputs: its ``normalize`` key, decided by
-    clharness.toolkit.backbones.input_normalization (``train_ds``'s statistics for "dataset")."""
-    from ...toolkit.backbones import input_normalization
-    try:
-        return input_normalization(spec.normalize, spec.backbone, spec.backbone_options, train_ds.channel_stats)
-    except ValueError as exc:
-        raise ScenarioError(f"scenario {spec.name!r}: {exc}") from None
-
-
-def _wrapper(device, mean, std, image_size, channels, recipe=None):
-    def wrap(ds: ArrayDataset | FileDataset):
-        if isinstance(ds, FileDataset):
-            if image_size:
-                ds.image_size = image_size
-            return StreamData(ds, mean, std, device, recipe=recipe)
-        return TensorData(ds, mean, std, device, image_size=image_size, channels=channels, recipe=recipe)
-    return wrap

@@ -37,7 +37,7 @@ from ...method import Batch, Setting
 from ...toolkit.training import listen_to_losses
 from ...engine.suites import ScenarioSpec
 from ...engine.scenario import ScenarioError
-from ..splits.kind import _per_class_index, _relabel, _wrapper, normalization
+from ...data.subsets import normalization, on_device, per_class_index, relabel
 
 OPTIONS = {
     "stream": (str, "stf"),                   # "stf": Algorithms 1-2; "disjoint": conventional tasks
@@ -273,8 +273,8 @@ def build(spec: ScenarioSpec, source: DatasetSource, seed: int, device: torch.de
     mapping[order] = np.arange(len(order))
 
     data_rng = np.random.default_rng([seed, 1])
-    train_idx = np.concatenate(_per_class_index(train_ds.labels, order, spec.max_train_per_class, data_rng))
-    test_parts = _per_class_index(test_ds.labels, order, spec.max_test_per_class, data_rng)
+    train_idx = np.concatenate(per_class_index(train_ds.labels, order, spec.max_train_per_class, data_rng))
+    test_parts = per_class_index(test_ds.labels, order, spec.max_test_per_class, data_rng)
     for c, part in zip(order, test_parts):
         if len(part) == 0:
             raise ScenarioError(f"scenario {spec.name!r}: class {train_ds.classes[c]!r} of dataset "
@@ -296,16 +296,16 @@ def build(spec: ScenarioSpec, source: DatasetSource, seed: int, device: torch.de
                                         spec.options["stream_batch"], len(order))
 
     mean, std = normalization(spec, train_ds)
-    wrap = _wrapper(device, mean, std, tuple(spec.image_size) if spec.image_size else None, spec.channels)
-    stream = wrap(_relabel(train_ds, stream_idx, mapping))
-    test = wrap(_relabel(test_ds, np.concatenate(test_parts), mapping))
+    wrap = on_device(device, mean, std, tuple(spec.image_size) if spec.image_size else None, spec.channels)
+    stream = wrap(relabel(train_ds, stream_idx, mapping))
+    test = wrap(relabel(test_ds, np.concatenate(test_parts), mapping))
     past_rng = np.random.default_rng([seed, 3])
     limit = spec.options["retention_samples"]
 
     def past(n: int):
         """A seeded uniform sample (``retention_samples``) of the first n stream instances."""
         idx = np.arange(n) if not limit or n <= limit else np.sort(past_rng.choice(n, limit, replace=False))
-        return wrap(_relabel(train_ds, stream_idx[idx], mapping))
+        return wrap(relabel(train_ds, stream_idx[idx], mapping))
 
     return StreamScenario(spec, seed, stream, labels[perm], test, [train_ds.classes[c] for c in order],
                           stream.input_shape, source.identity(), class_mu, class_sigma, past, description)
