@@ -7,11 +7,33 @@ from pathlib import Path
 from .hookspecs import hookimpl
 
 
+# The built-in dataset sources by name, as module:class (clharness.data builds BUILTIN_SOURCES from it):
+# registered without importing them, so checking a suite's names never imports torchvision's datasets.
+BUILTIN_DATASETS = {
+    "digits": "clharness.data.bundled:Digits",
+    "mnist": "clharness.data.torchvision_sources:MNIST",
+    "fashion-mnist": "clharness.data.torchvision_sources:FashionMNIST",
+    "kmnist": "clharness.data.torchvision_sources:KMNIST",
+    "emnist": "clharness.data.torchvision_sources:EMNIST",
+    "cifar10": "clharness.data.torchvision_sources:CIFAR10",
+    "cifar100": "clharness.data.torchvision_sources:CIFAR100",
+    "svhn": "clharness.data.torchvision_sources:SVHN",
+    "omniglot": "clharness.data.torchvision_sources:Omniglot",
+    "imagefolder": "clharness.data.imagefolder:ImageFolder",
+    "tinyimagenet": "clharness.data.imagefolder:TinyImageNet",
+    "imagenet-r": "clharness.data.imagefolder:ImageNetR",
+    "cub200": "clharness.data.imagefolder:CUB200",
+    "synthetic": "clharness.data.synthetic:Synthetic",
+    "core50": "clharness.data.domains:CORe50",
+    "domainnet": "clharness.data.domains:DomainNet",
+}
+
+
 @hookimpl
 def clharness_add_datasets(registry):
-    from .data import BUILTIN_SOURCES
-    for name, source in BUILTIN_SOURCES.items():
-        registry.add(name, source)
+    from .registry import Lazy   # by name: a source's module is imported when a scenario first uses it
+    for name, where in BUILTIN_DATASETS.items():
+        registry.add(name, Lazy(*where.split(":")))
 
 
 @hookimpl

@@ -47,7 +47,6 @@ import math
 from typing import Sequence
 
 import numpy as np
-from scipy import stats
 
 __all__ = [
     "final_accuracy", "average_incremental_accuracy", "average_accuracy", "forgetting", "acc", "bwt",
@@ -284,6 +283,7 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, f
         return math.nan, math.nan
     if v.size == 1:
         return float(v[0]), 0.0
+    from scipy import stats   # imported here: the runner and a name check need no scipy
     half = stats.t.ppf((1 + confidence) / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)
     return float(v.mean()), float(half)
 
@@ -298,6 +298,7 @@ def rank_correlation(a: Sequence[float], b: Sequence[float]) -> dict[str, float]
                          f"items; got lengths {a.size} and {b.size}")
     if a.size < 2:
         raise ValueError(f"rank_correlation needs at least 2 items; got {a.size}")
+    from scipy import stats
     rho, rho_p = stats.spearmanr(a, b)
     tau, tau_p = stats.kendalltau(a, b)
     return {"spearman": float(rho), "spearman_p": float(rho_p),

@@ -157,10 +157,11 @@ def _pin_xdist_worker(config: pytest.Config) -> None:
 
 def session_options(config: pytest.Config) -> Options:
     """The engine's options from the ``--clh-*`` command line."""
-    from .reporting.compare import parse_drops, scorecard_metrics
     drops, baseline = {}, config.getoption("clh_compare")
     if baseline:
         import json
+
+        from .reporting.compare import parse_drops, scorecard_metrics
         try:   # every --clh-max-drop metric must be one the saved scorecard carries (a typo judges nothing)
             rows = json.loads(Path(baseline).read_text())["summary"]
         except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -16,6 +16,18 @@ class NameClash(RegistryError):
 
 
 @dataclass(frozen=True)
+class Lazy:
+    """An entry's object named by where it lives (``module``, ``attr``), imported on first use: a name
+    check (a suite's typo) needs only the name, not the heavy module behind it."""
+    module: str
+    attr: str
+
+    def load(self):
+        import importlib
+        return getattr(importlib.import_module(self.module), self.attr)
+
+
+@dataclass(frozen=True)
 class Entry(Generic[T]):
     name: str
     obj: T
@@ -56,10 +68,13 @@ class Registry(Generic[T]):
 
     def entry(self, name: str) -> Entry[T]:
         try:
-            return self._entries[name]
+            entry = self._entries[name]
         except KeyError:
             raise RegistryError(f"unknown {self.kind} {name!r}; known: {', '.join(sorted(self._entries)) or 'none'}"
                                 ) from None
+        if isinstance(entry.obj, Lazy):   # imported now, kept for the next lookup
+            entry = self._entries[name] = Entry(name, entry.obj.load(), entry.source)
+        return entry
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
@@ -71,4 +86,4 @@ class Registry(Generic[T]):
         return len(self._entries)
 
     def entries(self) -> list[Entry[T]]:
-        return [self._entries[n] for n in self]
+        return [self.entry(n) for n in self]

@@ -28,5 +28,5 @@ def clharness_add_kinds(registry):
 
 @hookimpl
 def clharness_add_datasets(registry):
-    from .cldyb.pool import PoolFolder   # imported when the datasets are listed (needs torch)
-    registry.add("cldyb-pool", PoolFolder)   # the paper's pool datasets, one folder each (docs/cldyb-pool.md)
+    from ..registry import Lazy   # imported when a scenario first uses it (needs torch and the data layer)
+    registry.add("cldyb-pool", Lazy("clharness.benchmarks.cldyb.pool", "PoolFolder"))   # docs/cldyb-pool.md

@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from ..builtin import BUILTIN_DATASETS
 from .base import ArrayDataset, DatasetMissing, DatasetSource, FileDataset, StreamData, TensorData
 from .bundled import Digits
 from .domains import CORe50, DomainNet
@@ -11,25 +12,9 @@ from .imagefolder import CUB200, ImageFolder, ImageNetR, TinyImageNet
 from .synthetic import Synthetic
 from .torchvision_sources import CIFAR10, CIFAR100, EMNIST, KMNIST, MNIST, SVHN, FashionMNIST, Omniglot
 
-# name -> source class, registered by clharness.builtin
-BUILTIN_SOURCES: dict[str, type[DatasetSource]] = {
-    "digits": Digits,
-    "mnist": MNIST,
-    "fashion-mnist": FashionMNIST,
-    "kmnist": KMNIST,
-    "emnist": EMNIST,
-    "cifar10": CIFAR10,
-    "cifar100": CIFAR100,
-    "svhn": SVHN,
-    "omniglot": Omniglot,
-    "imagefolder": ImageFolder,
-    "tinyimagenet": TinyImageNet,
-    "imagenet-r": ImageNetR,
-    "cub200": CUB200,
-    "synthetic": Synthetic,
-    "core50": CORe50,
-    "domainnet": DomainNet,
-}
+# name -> source class (clharness.builtin registers the same table lazily)
+BUILTIN_SOURCES: dict[str, type[DatasetSource]] = {name: globals()[where.rpartition(":")[2]]
+                                                   for name, where in BUILTIN_DATASETS.items()}
 
 
 @functools.lru_cache(maxsize=16)

@@ -6,8 +6,6 @@ from __future__ import annotations
 import abc
 
 import numpy as np
-import scipy.linalg
-import scipy.optimize
 import torch
 
 from ..hparams import Int
@@ -84,6 +82,7 @@ def gem_project(g: torch.Tensor, G: torch.Tensor, margin: float = 0.5, eps: floa
     m = np.full(t, float(margin))
     c = P @ m + Gd @ gd
     L = np.linalg.cholesky(P)
+    import scipy.linalg, scipy.optimize   # here: importing the method registry needs no scipy
     u, _ = scipy.optimize.nnls(L.T, -scipy.linalg.solve_triangular(L, c, lower=True))
     v = u + m
     return torch.from_numpy(Gd.T @ v + gd).to(g.dtype).to(g.device)
