@@ -1,0 +1,258 @@
+"""Issue 39, tests that pin the knobs: each temperature, loss weight, per-sample random draw and its
+range, count passed between stages, aggregate, seed derivation and optimizer argument that an
+independent round of seeded one-line bugs found unpinned. Every expectation is the paper's or the
+reference's formula written out by hand on a tiny case, never our own output copied back."""
+import copy
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import clharness as clh
+from clharness import metrics as M
+from clharness.results import ResultsStore, RunRecord
+from clharness.toolkit import augment as A
+from clharness.toolkit.training import Trainer, make_optimizer
+
+from test_fidelity_replay import METHODS, ctx, experience, hand_ce
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+# --- LwF: the temperature softens BOTH the teacher and the student (Li & Hoiem 2017, eq. 2) ----------
+
+def test_lwf_li_hoiem_distillation_softens_teacher_and_student_with_t():
+    torch.manual_seed(0)
+    T, lam = 3.0, 1.5
+    lwf = METHODS["lwf"](ctx(num_classes=4), temperature=T, lwf_lambda=lam)
+    x, y = torch.randn(5, 1, 2, 2, generator=gen(7)), torch.tensor([2, 3, 2, 3, 2])
+    seen = []
+    lwf.fit = lambda *a, **k: seen.append(lwf.loss(x, y).item())   # the loss while task 2 trains
+    lwf.learn(experience([0, 1], seed=0))
+    lwf.learn(experience([2, 3], seed=1))
+    with torch.no_grad():
+        new, old = lwf.model(x), lwf.old_model(x)
+        y_old = F.softmax(old[:, [0, 1]] / T, 1)                   # y'_o = softmax(old logits / T)
+        y_hat = F.softmax(new[:, [0, 1]] / T, 1)                   # ŷ'_o = softmax(new logits / T)
+        l_old = -(y_old * y_hat.log()).sum(1).mean()
+        expected = hand_ce(new, y, [2, 3]) + lam * l_old           # L_new on the new task's outputs
+    assert seen[1] == pytest.approx(expected.item(), rel=1e-5)
+    # a student at T = 1 (the surviving bug) gives another loss on this case
+    wrong = hand_ce(new, y, [2, 3]) + lam * -(y_old * F.log_softmax(new[:, [0, 1]], 1)).sum(1).mean()
+    assert abs(wrong.item() - expected.item()) > 1e-3
+
+
+# --- FOSTER: compression distils with the beta_2 class-balanced weights (PyCIL foster.py BKD) ----------
+
+def test_foster_compression_distils_with_the_beta2_weights_of_the_class_counts():
+    from test_fidelity_exemplars import experience as uint8_experience, tiny_context
+    torch.manual_seed(0)
+    b1, b2, T = 0.5, 0.9, 2.0
+    foster = METHODS["foster"](tiny_context(memory_size=6, epochs=1), beta1=b1, beta2=b2, temperature=T,
+                               compression_epochs=1)
+    foster.learn(uint8_experience((0, 1), seed=0, per_class=5))
+    x = torch.randn(4, 1, 2, 2, generator=gen(5))
+    got = {}
+    real_fit = foster.fit
+
+    def spy(batches, loss_fn=None, params=None, trainer=None):
+        if getattr(loss_fn, "__name__", "") == "compression_loss":
+            got["loss"] = loss_fn(x, torch.zeros(4, dtype=torch.long)).item()
+            with torch.no_grad():
+                got["teacher"], got["student"] = foster.teacher(x)[:, :4], foster.model(x)[:, :4]
+            got["memory"] = torch.bincount(foster.memory.tensors()[1], minlength=2).tolist()
+        return real_fit(batches, loss_fn, params, trainer)
+
+    foster.fit = spy
+    foster.learn(uint8_experience((2, 3), seed=1, per_class=5))
+    # seen classes 0..3: 3 exemplars each of 0, 1 (memory 6 over 2 classes) and 5 new images of 2, 3
+    assert got["memory"] == [3, 3]
+    n = torch.tensor([3.0, 3.0, 5.0, 5.0], dtype=torch.float64)
+    w = (1 - b2) / (1 - b2 ** n)                      # Cui et al.'s effective number, beta_2
+    w = (w / w.sum() * 4).float()                     # PyCIL: per_cls_weights / sum * num_classes
+    s = F.softmax(got["teacher"] / T, 1) * w
+    s = s / s.sum(1, keepdim=True)
+    expected = -(s * F.log_softmax(got["student"] / T, 1)).sum(1).mean()
+    assert got["loss"] == pytest.approx(expected.item(), rel=1e-5)
+    w1 = (1 - b1) / (1 - b1 ** n)
+    s1 = F.softmax(got["teacher"] / T, 1) * (w1 / w1.sum() * 4).float()
+    s1 = s1 / s1.sum(1, keepdim=True)
+    assert abs((-(s1 * F.log_softmax(got["student"] / T, 1)).sum(1).mean() - expected).item()) > 1e-4
+
+
+# --- augmentation: draws per image, over the whole range -----------------------------------------------
+
+def _crop_params(out, x, padding, fill):
+    """(top, left, flipped) of each output image: the one crop of the padded image it equals."""
+    found = []
+    for i in range(len(x)):
+        hits = [(t, l, f) for t in range(2 * padding + 1) for l in range(2 * padding + 1) for f in (False, True)
+                if torch.equal(out[i], A.crop_at(x[i:i + 1], padding, fill, torch.tensor([t]), torch.tensor([l]),
+                                                  torch.tensor([f]))[0])]
+        assert len(hits) == 1, hits
+        found.append(hits[0])
+    return found
+
+
+def test_random_crop_reaches_every_offset_0_to_2p_and_flips_per_image():
+    """torchvision RandomCrop(padding=p): top, left uniform over 0..2p (both edges); RandomHorizontalFlip
+    draws per image."""
+    p, n = 2, 600
+    x = (torch.arange(n * 9, dtype=torch.float32).view(n, 1, 3, 3) + 1)
+    fill = torch.zeros(1, 1, 1, 1)
+    found = _crop_params(A.random_crop(x, p, fill, gen(3), flip_p=0.5), x, p, fill)
+    tops, lefts = {t for t, _, _ in found}, {l for _, l, _ in found}
+    assert tops == lefts == set(range(2 * p + 1))                       # 0 .. 2p, the far edge included
+    counts = np.bincount([t * 5 + l for t, l, _ in found], minlength=25)
+    assert counts.min() > 8                                              # 600 / 25 = 24 expected each
+    flips = [f for _, _, f in found]
+    assert 200 < sum(flips) < 400                                        # p = 0.5, one draw per image
+
+
+def test_cifar_recipe_on_uint8_draws_brightness_per_image_over_its_range():
+    """ColorJitter(brightness=63/255): a factor per image, uniform in [1 - 63/255, 1 + 63/255]."""
+    recipe = A.BUILTIN_RECIPES["cifar"]
+    n = 400
+    images = (torch.arange(n * 64).view(n, 1, 8, 8) % 200 + 1).to(torch.uint8)   # never clipped at white
+    out = recipe.train_pixels(images, torch.zeros(1, 1, 1, 1), torch.ones(1, 1, 1, 1) / 255,
+                              A.Frame.unit(1), (8, 8), gen(2))
+    crops = A.random_crop(images, 4, None, gen(2), 0.5).float() / 255            # the same crop and flip draws
+    factor = torch.stack([(out[i][crops[i] > 0] / crops[i][crops[i] > 0]).mean() for i in range(n)])
+    assert torch.allclose(out, crops * factor.view(n, 1, 1, 1), atol=1e-5)        # one factor per image
+    lo, hi = 1 - 63 / 255, 1 + 63 / 255
+    assert factor.min() >= lo - 1e-5 and factor.max() <= hi + 1e-5
+    assert factor.min() < lo + 0.02 and factor.max() > hi - 0.02 and len(torch.unique(factor)) > n * 0.9
+
+
+@pytest.mark.parametrize("name", ["imagenet", "vit", "strong"])
+def test_resized_crop_recipes_flip_per_image(name, monkeypatch):
+    """The flip of a RandomResizedCrop recipe is drawn per image (RandomHorizontalFlip(0.5))."""
+    calls = []
+    real = A.resized_crop
+
+    def spy(x, boxes, size, flip=None, mode="bilinear"):
+        calls.append(flip.clone())
+        return real(x, boxes, size, flip, mode)
+
+    monkeypatch.setattr(A, "resized_crop", spy)
+    x = torch.rand(300, 3, 8, 8, generator=gen(1))
+    A.BUILTIN_RECIPES[name].train(x, A.Frame.unit(3), (8, 8), gen(4))
+    flip, = calls
+    assert flip.shape == (300,) and 100 < int(flip.sum()) < 200
+
+
+def test_resized_crop_boxes_cover_the_scale_range_per_image():
+    boxes = A.resized_crop_boxes(2000, 32, 32, (0.08, 1.0), (3 / 4, 4 / 3), gen(0))
+    area = boxes[:, 2] * boxes[:, 3] / (32 * 32)
+    assert area.min() < 0.1 and area.max() > 0.9                          # scale U(0.08, 1) per image
+    top, left = boxes[:, 0], boxes[:, 1]
+    assert (top >= 0).all() and (top + boxes[:, 2] <= 32).all() and (left + boxes[:, 3] <= 32).all()
+    small = boxes[:, 2] <= 12
+    assert (top[small] + boxes[small, 2] == 32).any() and (top[small] == 0).any()   # both edges reachable
+
+
+# --- CLDyB: k-means makes ``clusters`` clusters; the k-NN uses ``knn_k`` (alg. 2 lines 5 and 10) ----------
+
+def test_cldyb_kmeans_runs_with_the_number_of_clusters_and_the_knn_with_k(monkeypatch):
+    from clharness.benchmarks.cldyb import clustering
+    from clharness.benchmarks.cldyb.search import Search, SearchConfig
+    from test_cldyb_pipeline import CPU, make_pool, methods
+    cfg = SearchConfig(classes_per_task=3, steps=3, candidates=6, search_space=3, clusters=2, knn_k=4)
+    pool = make_pool()
+    search = Search(pool, methods(pool, cfg), cfg, seed=0, device=CPU)
+    used = {}
+    real_fv, real_ct = clustering.functional_vectors, clustering.cluster_tasks
+    monkeypatch.setattr(clustering, "functional_vectors",
+                        lambda tasks, feats, labels, k=5: used.setdefault("k", k) and real_fv(tasks, feats, labels, k))
+    monkeypatch.setattr(clustering, "cluster_tasks",
+                        lambda G, n, seed: used.setdefault("clusters", n) and real_ct(G, n, seed))
+    tasks, _, labels, _ = search.propose({})
+    assert used == {"k": 4, "clusters": 2}
+    # and k-means itself: 3 well separated groups of functional vectors, asked for 3 -> 3 clusters
+    G = np.array([[0.0, 0], [0.1, 0], [5, 5], [5.1, 5], [9, 0], [9, 0.1]])
+    got = clustering.cluster_tasks(G, 3, seed=0)
+    assert len(set(got)) == 3 and got[0] == got[1] and got[2] == got[3] and got[4] == got[5]
+    assert len(set(clustering.cluster_tasks(G, 2, seed=0))) == 2
+
+
+def test_cldyb_knn_nll_uses_k_neighbours_with_laplace_smoothing():
+    from clharness.benchmarks.cldyb.clustering import knn_nll
+    # 4 samples on a line; cosine neighbours of 2-D vectors at angles 0, 10, 80, 90 degrees
+    ang = torch.tensor([0.0, 10.0, 80.0, 90.0]) * math.pi / 180
+    feats = torch.stack([ang.cos(), ang.sin()], 1)
+    labels = torch.tensor([0, 0, 1, 0])
+    # k = 1: nearest other sample: 0->1 (hit), 1->0 (hit), 2->3 (miss), 3->2 (miss); p = (hits + 1) / (1 + 2)
+    p1 = torch.tensor([2 / 3, 2 / 3, 1 / 3, 1 / 3])
+    assert knn_nll(feats, labels, 2, 1) == pytest.approx(float(-p1.log().mean()), rel=1e-6)
+    # k = 2: 0 -> {1, 2}: 1 hit; 1 -> {0, 2}: 1; 2 -> {3, 1}: 0; 3 -> {2, 1}: 1 (label 0 of 1); p = (h + 1) / 4
+    p2 = torch.tensor([2 / 4, 2 / 4, 1 / 4, 2 / 4])
+    assert knn_nll(feats, labels, 2, 2) == pytest.approx(float(-p2.log().mean()), rel=1e-6)
+
+
+# --- the scorecard's central value is the seed mean ----------------------------------------------------
+
+def test_scorecard_central_value_is_the_mean_of_the_seeds_not_the_median():
+    from clharness.reporting.scorecard import summarize
+    assert M.mean_ci([0.0, 0.0, 0.9])[0] == pytest.approx(0.3)               # median would be 0.0
+    t = 4.302652729911275                                                      # t_{0.975, 2}
+    sd = math.sqrt(((0.3) ** 2 * 2 + 0.6 ** 2) / 2)
+    assert M.mean_ci([0.0, 0.0, 0.9])[1] == pytest.approx(t * sd / math.sqrt(3), rel=1e-6)
+    records = [RunRecord("s", "sc", "m", seed, status="passed", key=str(seed), metrics={"final_acc": v})
+               for seed, v in enumerate([0.1, 0.2, 0.9])]
+    records.append(RunRecord("s", "sc", "m", 3, status="failed", key="3", metrics={"final_acc": 0.0}))
+    row = summarize(records, ["final_acc"]).iloc[0]
+    assert row.final_acc == pytest.approx(0.4) and row.seeds == 3 and row.failed == 1
+
+
+# --- GTEP: configuration k of a method is seeded by the tuning, the method's name and k ----------------
+
+def test_gtep_draw_is_seeded_by_the_method_name_too():
+    from clharness.benchmarks.gtep import protocol as gtep
+    space = {"lr": clh.Choice([0.001, 0.003, 0.01, 0.03, 0.1, 0.3]),
+             "batch": clh.Choice([8, 16, 32, 64, 128, 256, 512])}
+    er = [gtep.draw(space, "t", "er", k) for k in range(6)]
+    assert er == [gtep.draw(space, "t", "er", k) for k in range(6)]       # a function of its inputs only
+    # two methods with the same space do not share their configurations (42 values: chance 1/42 each)
+    assert sum(a == b for a, b in zip(er, [gtep.draw(space, "t", "lwf", k) for k in range(6)])) <= 1
+    assert len({tuple(c.items()) for c in er}) >= 4                           # k draws differ too
+    # not global state: the stdlib's global random stream neither feeds nor is consumed by a draw
+    random.seed(1)
+    state = random.getstate()
+    assert gtep.draw(space, "t", "er", 0) == er[0] and random.getstate() == state
+
+
+# --- the optimizer is built with its arguments ---------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["sgd", "adam", "adamw"])
+def test_make_optimizer_passes_weight_decay_and_momentum(name):
+    w = torch.nn.Parameter(torch.tensor([2.0, -4.0]))
+    opt = make_optimizer([w], name, lr=0.1, momentum=0.5, weight_decay=0.01)
+    group = opt.param_groups[0]
+    assert group["lr"] == 0.1 and group["weight_decay"] == 0.01
+    if name == "sgd":
+        assert group["momentum"] == 0.5
+        w.grad = torch.zeros(2)
+        opt.step()   # plain SGD step with a zero gradient: w -= lr * wd * w (L2 decay in the gradient)
+        assert torch.allclose(w.detach(), torch.tensor([2.0, -4.0]) * (1 - 0.1 * 0.01))
+
+
+def test_trainer_for_method_builds_the_methods_optimizer_arguments():
+    torch.manual_seed(0)
+    er = METHODS["er"](ctx(), optimizer="sgd", lr=0.05, momentum=0.3, weight_decay=0.002)
+    group = Trainer.for_method(er).optimizer.param_groups[0]
+    assert (group["lr"], group["momentum"], group["weight_decay"]) == (0.05, 0.3, 0.002)
+
+
+# --- diverged records are reused, failed ones rerun -----------------------------------------------------
+
+def test_diverged_and_not_applicable_records_are_reused_failed_and_error_are_not(tmp_path):
+    store = ResultsStore(tmp_path / "r.sqlite")
+    for status in ("passed", "diverged", "not-applicable", "failed", "error"):
+        store.put(RunRecord("s", "sc", "m", 0, status=status, key=status))
+    assert [s for s in ("passed", "diverged", "not-applicable", "failed", "error") if store.reusable(s)] == \
+        ["passed", "diverged", "not-applicable"]
