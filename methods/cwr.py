@@ -24,8 +24,10 @@ class CWRStar(SupervisedMethod):
              "Batches, CVPR Workshops 2020")
     reference = "ContinualAI/avalanche: avalanche/training/plugins/cwr_star.py"
     deviations = (
-        "past_j grows on every visit of class j, the first included (Algorithm 1); the reference plugin "
-        "skips the first, so a class's second visit would overwrite its consolidated weights",)
+        "none from the reference: past_j counts every visit of class j, the first included (Algorithm 1), "
+        "as Avalanche's cwr_star.py:82-92 does (past_j = cur_j on a class's first visit, the weighted "
+        "average on later ones); Avalanche 0.2.1's plugin left past_j at 0 on the first visit, so a "
+        "class's second visit overwrote its consolidated weights",)
     hparams = optimizer_space(lr=0.01, momentum=0.9)
 
     def __init__(self, context, **hparams):

@@ -54,7 +54,9 @@ class L2P(clh.Method):
              "Perot, Jennifer Dy, Tomas Pfister, Learning to Prompt for Continual Learning, CVPR 2022")
     reference = "JH-LEE-KR/l2p-pytorch: vision_transformer.py, prompt.py (port of google-research/l2p)"
     deviations = ("prompt_selection='batchwise': the code's batch-wise prompt vote (leaks the batch's task at "
-                  "test time)",)
+                  "test time); a tie in the vote goes to the lowest prompt id (a stable sort of the counts), where "
+                  "l2p-pytorch prompt.py:79 takes torch.topk of the counts, whose order among equal counts is "
+                  "unspecified",)
     hparams = {**optimizer_space(lr=0.03, optimizer="adam"),
                "scale_lr": clh.Choice([True, False], default=True),       # lr x batch_size / 256
                "clip_grad": clh.Float(0.0, 100.0, default=1.0),            # 0 = no clipping

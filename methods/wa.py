@@ -36,9 +36,11 @@ class WA(ExemplarLearner):
     ``alpha.clamp_(max=1.0)``: new classes are only ever scaled down), a head without bias
     (``head_bias=False``; ``nn.Linear(..., bias=args.withbias)``, off), and the head's weights
     kept non-negative after every step (``clip_weights``; its ``--restrict``, the paper's weight
-    clipping). PyCIL ``models/wa.py`` (``IncrementalNet.weight_align``) instead uses L2 norms, no
-    clamp, a head with bias (left unscaled) and no clipping: ``align_norm=2, clamp_gamma=False,
-    head_bias=True, clip_weights=False``. Each epoch is one shuffled pass over the task's data and
+    clipping), and the weight decay of stage t (t = 0 the first task) divided by t + 1
+    (``iLearn.py:114``; ``weight_decay_schedule="per-stage"``). PyCIL ``models/wa.py``
+    (``IncrementalNet.weight_align``) instead uses L2 norms, no clamp, a head with bias (left
+    unscaled), no clipping and a constant weight decay: ``align_norm=2, clamp_gamma=False,
+    head_bias=True, clip_weights=False, weight_decay_schedule="constant"``. Each epoch is one shuffled pass over the task's data and
     the exemplars at the batch size (``rehearsal="joint"``, both references; ``"balanced"``: the
     task's batches each joined by a share of the exemplars).
 
@@ -60,7 +62,10 @@ class WA(ExemplarLearner):
         "learning-rate schedule: the harness's",
         "PyCIL models/wa.py variant (L2 norms, no gamma clamp, FC bias, no clipping) as options",
         "rehearsal='balanced' option: exemplars in a fixed share of the task's batches",
+        "weight_decay_schedule='constant' option: PyCIL's constant weight decay (the default 'per-stage' is "
+        "the authors' iLearn.py:114, weight_decay / (stage + 1))",
     )
+    later_hparams = {"weight_decay_schedule": "constant"}   # added later: stored runs (constant) keep their keys
     # 2: joint rehearsal (one loader over data + exemplars); the authors' L1 norm, gamma <= 1, no FC bias
     version = "3"  # 3: GTEP Table 3 first task with the sampled scheduler kind (issue 30 item 1)
     hparams = {**incremental_space(),
@@ -69,7 +74,9 @@ class WA(ExemplarLearner):
                "clip_weights": clh.Choice([True, False], default=True),
                "align_norm": clh.Choice([1, 2], default=1),              # p of ||W||_p (authors 1, PyCIL 2)
                "clamp_gamma": clh.Choice([True, False], default=True),   # gamma <= 1 (authors; PyCIL: no)
-               "head_bias": clh.Choice([False, True], default=False)}    # FC bias (authors: none; PyCIL: yes)
+               "head_bias": clh.Choice([False, True], default=False),    # FC bias (authors: none; PyCIL: yes)
+               # the authors' iLearn.py:114 divides the weight decay by stage + 1 (stage 0: the first task)
+               "weight_decay_schedule": clh.Choice(["per-stage", "constant"], default="per-stage")}
     # GTEP Table 4: T (KD) and lambda (KD) of BiC/WA/FOSTER ("lambda_kd = 0": the adaptive rule).
     tuning_space = {"temperature": clh.Choice([0.5, 1.0, 1.5, 2.0, 2.5]),
                     "kd_lambda": clh.Choice([0.5, 1.0, 1.5, 2.0, 3.0])}
@@ -92,6 +99,14 @@ class WA(ExemplarLearner):
             lam = len(self.known) / len(self.labels.seen)
             return (1 - lam) * ce + lam * kd
         return ce + self.hp["kd_lambda"] * kd
+
+    def task_trainer(self, params=None, first=None):
+        trainer, epochs = super().task_trainer(params, first)
+        if self.hp["weight_decay_schedule"] == "per-stage":   # iLearn.py:114: weight_decay / (stage + 1)
+            stage = len(self.labels.tasks) - 1
+            for group in trainer.optimizer.param_groups:
+                group["weight_decay"] /= stage + 1
+        return trainer, epochs
 
     def fit(self, batches, loss_fn=None, params=None, trainer=None):
         if not self.hp["clip_weights"]:

@@ -699,6 +699,13 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("diverged-runs-not-reused", "clharness/results.py",
              'REUSABLE = ("passed", "diverged", "not-applicable")', 'REUSABLE = ("passed", "not-applicable")',
              ("tests/test_knobs.py::test_diverged_and_not_applicable_records_are_reused_failed_and_error_are_not",)),
+    Mutation("wa-weight-decay-constant-over-stages", "methods/wa.py",
+             'group["weight_decay"] /= stage + 1', 'group["weight_decay"] /= 1',
+             ("tests/test_knobs.py::test_wa_weight_decay_is_divided_by_the_stage_plus_one",)),
+    Mutation("l2p-vote-ties-to-the-highest-id", "clharness/toolkit/vit_prompts.py",
+             "counts = torch.bincount(idx.flatten(), minlength=pool_size)",
+             "counts = torch.bincount(idx.flatten(), minlength=pool_size) + torch.arange(pool_size) * 1e-3",
+             ("tests/test_knobs.py::test_batchwise_vote_breaks_ties_towards_the_lowest_prompt_id",)),
 )
 
 

@@ -256,3 +256,34 @@ def test_diverged_and_not_applicable_records_are_reused_failed_and_error_are_not
         store.put(RunRecord("s", "sc", "m", 0, status=status, key=status))
     assert [s for s in ("passed", "diverged", "not-applicable", "failed", "error") if store.reusable(s)] == \
         ["passed", "diverged", "not-applicable"]
+
+
+# --- L2P's batch-wise vote: a tie goes to the lowest prompt id (declared; the code's topk leaves it open) --
+
+def test_batchwise_vote_breaks_ties_towards_the_lowest_prompt_id():
+    from clharness.toolkit.vit_prompts import batchwise_vote
+    # counts: id 0: 1, id 1: 2, id 2: 2, id 3: 2, id 4: 1 -> the top two of the three tied ids 1, 2, 3: 1 and 2
+    idx = torch.tensor([[3, 2], [1, 3], [2, 1], [4, 0]])
+    assert batchwise_vote(idx, 5).tolist() == [[1, 2]] * 4
+    assert batchwise_vote(torch.tensor([[4], [3]]), 5).tolist() == [[3], [3]]   # 3 and 4 tied once: 3
+
+
+# --- WA: the authors divide the weight decay by stage + 1 (bwbwzhao/Weight-Aligning iLearn.py:114) ----------
+
+@pytest.mark.parametrize("schedule, expected", [("per-stage", [0.006, 0.003, 0.002]), ("constant", [0.006] * 3)])
+def test_wa_weight_decay_is_divided_by_the_stage_plus_one(schedule, expected):
+    from test_fidelity_exemplars import experience as uint8_experience, tiny_context
+    torch.manual_seed(0)
+    wa = METHODS["wa"](tiny_context(num_classes=6, epochs=1), weight_decay=0.006, weight_decay_schedule=schedule)
+    decays = []
+    real = wa.task_trainer
+
+    def spy(*a, **k):
+        trainer, epochs = real(*a, **k)
+        decays.append({g["weight_decay"] for g in trainer.optimizer.param_groups})
+        return trainer, epochs
+
+    wa.task_trainer = spy
+    for t, classes in enumerate([(0, 1), (2, 3), (4, 5)]):
+        wa.learn(uint8_experience(classes, seed=t))
+    assert [d.pop() for d in decays] == pytest.approx(expected) and not any(decays)
