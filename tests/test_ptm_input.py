@@ -10,6 +10,7 @@
    PILOT loads ``augreg_in21k_ft_in1k``. Every PTM suite names the full tag, the record stores it,
    and a checkpoint that names other weights is refused.
 """
+import hashlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -193,7 +194,9 @@ def test_the_record_stores_the_weights(tmp_path):
     options = {"model": "vit_tiny_patch16_224.augreg_in21k", "checkpoint": str(tmp_path / "w.pth"), **TINY}
     record = run_case(Case("t", replace(spec, backbone_options=options), "simplecil", 0), clh.Harness(), CPU)
     assert record.status == "passed", record.message
-    assert record.weights == "vit_tiny_patch16_224.augreg_in21k"
+    # ... by the tag the file carries and its content (issue 38 item 2)
+    digest = hashlib.sha256((tmp_path / "w.pth").read_bytes()).hexdigest()[:16]
+    assert record.weights == f"vit_tiny_patch16_224.augreg_in21k sha256:{digest}"
     assert RunRecord.from_json(record.to_json()).weights == record.weights
 
 

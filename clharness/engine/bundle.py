@@ -70,7 +70,7 @@ def export_bundle(results: str | Path, suite_path: Path, out: str | Path, harnes
 def _definition(record: RunRecord, budgets: dict, suite: str, harness) -> dict:
     """The case a record was made of, rebuilt from the suite file: its budget (full or quick) is the one
     whose definition hashes to the record's base key. ``{"definition": ..., "quick": ...}``, or a reason."""
-    from ..results import run_key
+    from .keys import base_key_of
     from .runner import Case
     if record.method not in harness.methods:
         return {"rebuilt": f"method {record.method!r} is not registered where the bundle was made"}
@@ -81,8 +81,7 @@ def _definition(record: RunRecord, budgets: dict, suite: str, harness) -> dict:
             continue
         definition = Case(suite, spec, record.method, record.seed, dict(record.hparams)).definition(
             method_cls, dict(record.versions))
-        definition.pop("code", None)
-        if run_key(definition) == record.base_key:
+        if base_key_of(definition) == record.base_key:
             definition["code"] = record.code_digest   # the stored record's code, not this checkout's
             return {"definition": json.loads(json.dumps(definition, default=str)), "quick": quick}
     return {"rebuilt": "no budget of the suite file gives this record's base key (a protocol step, a preset, or a "

@@ -132,12 +132,10 @@ class SelectionCase(Case):
     validation splits. Its key leaves out the suite (the same scenario in two suites shares it, as
     GTEP's TuneCase does) and names the cut, so it never collides with a full run."""
     first_tasks: int = 3
+    KEY_OMITS = ("suite",)
 
-    def definition(self, method_cls, versions):
-        out = super().definition(method_cls, versions)
-        del out["suite"]
-        out["selection"] = {"first_tasks": self.first_tasks, "scored_on": "validation"}
-        return out
+    def key_extra(self):
+        return {"selection": {"first_tasks": self.first_tasks, "scored_on": "validation"}}
 
     def build_scenario(self, datasets, device, data_root=None, download=False):
         built = build_scenario(self.scenario, datasets, self.seed, device, data_root, download)

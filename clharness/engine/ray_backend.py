@@ -433,7 +433,7 @@ class RayExecutor:
         if not units:
             return
         runner = self.start()
-        units = [u for u in units if self.session.options.fresh or self.session.store.reusable(u.key) is None]
+        units = [u for u in units if self.session.reuse_case(u.case) is None]   # the session's one reuse rule
         together = {}   # unit -> its ensemble (two or more members, batchable)
         from .ensemble import batchable, ensembles
         for group in ensembles(units, self.session):   # --clh-ensemble or the suite's key, per unit (ensemble.mode)
@@ -454,7 +454,7 @@ class RayExecutor:
             raise Failed(str(exc)) from None
         if record.key != key:   # a worker with other library versions or other code hashes the case differently
             from .code_identity import code_digest
-            from .runner import _kind_file, versions
+            from .runner import _kind_file, device_type, versions
             mine = code_digest(self.session.harness.methods[case.method], _kind_file(case.scenario.kind))
             if record.versions != dict(versions()):
                 why = (f"the worker's library versions differ ({record.versions}, the driver's {dict(versions())}); "
@@ -463,6 +463,9 @@ class RayExecutor:
                 why = (f"the worker ran other code (digest {record.code_digest}, the driver's {mine}): a file of the "
                        "method or of the harness changed on disk since the session started, or differs on that node; "
                        "rerun the session (the same code everywhere)")
+            elif record.device.split(":")[0] != device_type():
+                why = (f"the worker ran on {record.device}, the driver keys its runs for {device_type()} (the device "
+                       "type enters the key); give --clh-device the type the workers run on")
             else:
                 why = "the worker's run definition differs from the driver's"
             raise Failed(f"{case.id}: the Ray worker computed record key {record.key}, the driver {key}: {why}")

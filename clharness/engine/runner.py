@@ -24,10 +24,11 @@ import numpy as np
 import torch
 
 from .. import __version__, metrics
-from ..toolkit.backbones import WeightsMissing, pretrained_weights, weights_identity
+from ..toolkit.backbones import WeightsMissing, pretrained_weights, weights_identity, weights_key
 from ..hparams import resolve
 from ..method import Context, Diverged, Method, MethodError, Setting
-from ..results import RunRecord, run_key
+from ..results import RunRecord
+from . import keys
 from .scenario import Scenario, build_scenario
 from .code_identity import code_digest, git_commit
 from .suites import ScenarioSpec, spec_definition
@@ -51,6 +52,26 @@ def cpu_threads() -> int:
     return _CPU_THREADS
 
 
+# the device type of this process's runs: CUDA kernels sum in other orders than the CPU's, so a run's
+# numbers depend on it and a type other than "cpu" enters the record key (Session sets it from
+# --clh-device; a Ray worker from the device it runs on)
+_DEVICE = {"name": "auto"}
+
+
+def set_device(name) -> None:
+    if _DEVICE.get("name") != str(name):
+        _DEVICE.clear()
+        _DEVICE["name"] = str(name)
+
+
+def device_type() -> str:
+    if "type" not in _DEVICE:
+        name = _DEVICE["name"]
+        _DEVICE["type"] = ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" \
+            else torch.device(name).type
+    return _DEVICE["type"]
+
+
 OOM_HINT = ("Hint: out of memory. Lower batch_size (and eval_batch_size) in the suite, run with --clh-quick, "
             "or run fewer pytest-xdist workers per GPU (-n)")
 
@@ -63,22 +84,22 @@ class Case:
     method: str
     seed: int
     hparams: dict[str, Any] = field(default_factory=dict)   # resolved against the method's space
+    KEY_OMITS = ()   # definition fields a kind of case leaves out of its key (runs several suites share)
 
     @property
     def id(self) -> str:
         return f"{self.suite}::{self.scenario.name}[{self.method}-seed{self.seed}]"
 
     def definition(self, method_cls: type[Method], versions: dict[str, str]) -> dict[str, Any]:
-        """Everything that defines the run's outcome; its hash is the record key."""
-        # hyperparameters a method declared after its runs were first stored (its ``later_hparams``:
-        # name -> default) stay out of the key while they hold that default, so those keys do not change
-        later = getattr(method_cls, "later_hparams", {})
-        hparams = {k: v for k, v in self.hparams.items() if not (k in later and v == later[k])}
-        return {"suite": self.suite, "scenario": spec_definition(self.scenario), "method": self.method,
-                "method_version": method_cls.version, "method_class": method_cls.__qualname__,
-                "hparams": hparams, "seed": self.seed, "versions": versions,
-                "code": code_digest(method_cls, _kind_file(self.scenario.kind)),
-                **({"cpu_threads": _CPU_THREADS} if _CPU_THREADS != 1 else {})}
+        """Everything that defines the run's outcome; its hash is the record key (engine.keys)."""
+        return keys.case_definition(self, method_cls, versions=versions,
+                                    code=code_digest(method_cls, _kind_file(self.scenario.kind)),
+                                    cpu_threads=_CPU_THREADS, device_type=device_type(),
+                                    weights=weights_key(self.scenario.backbone, self.scenario.backbone_options))
+
+    def key_extra(self) -> dict[str, Any]:
+        """Fields a kind of case adds to its definition (declared in engine.keys.FIELDS)."""
+        return {}
 
     def build_scenario(self, datasets, device: torch.device, data_root: Path | None = None, download: bool = False):
         """The scenario this case runs (hparam_selection.SelectionCase cuts it to its first tasks)."""
@@ -88,15 +109,13 @@ class Case:
 def case_key(case: Case, method_cls: type[Method]) -> str:
     """The record key: a content hash of the case's definition (library versions and the digest of
     the code that runs it included, engine.code_identity)."""
-    return run_key(case.definition(method_cls, versions()))
+    return keys.record_key(case.definition(method_cls, versions()))
 
 
 def base_key(case: Case, method_cls: type[Method]) -> str:
     """The key without the code digest: the same case whatever the code (``--clh-reuse-stale`` looks a
     record up by it; the family guard test pins it)."""
-    definition = case.definition(method_cls, versions())
-    definition.pop("code", None)
-    return run_key(definition)
+    return keys.base_key_of(case.definition(method_cls, versions()))
 
 
 def _kind_file(kind: str) -> str | None:
@@ -156,6 +175,7 @@ def run_case(case: Case, harness, device: torch.device, data_root: Path | None =
     (except KeyboardInterrupt, so an interrupted session stops). ``keep(method, context)`` gets the
     trained method of a run that passed (``--clh-save-models``)."""
     method_cls = harness.methods[case.method]
+    set_device(device)   # the key says the device type the run ran on (engine.keys)
     torch.set_num_threads(_CPU_THREADS)
     record = RunRecord(suite=case.suite, scenario=case.scenario.name, method=case.method, seed=case.seed,
                        setting=case.scenario.setting, hparams=dict(case.hparams), device=str(device),

@@ -66,8 +66,9 @@ class Session:
     def __init__(self, options: Options, harness=None, session_id: str | None = None,
                  warn: Callable[[str], None] = note):
         self.options = options
-        from .runner import set_cpu_threads
+        from .runner import set_cpu_threads, set_device
         set_cpu_threads(max(1, int(options.cpus_per_run or 1)))
+        set_device(options.device)   # its type enters the record keys (engine.keys)
         self._harness = harness
         self._device = None
         self._store = None
@@ -79,6 +80,7 @@ class Session:
         self.resources: dict[tuple[str, str], dict] = {}   # (suite, scenario) -> cpus/gpus_per_run
         self.units: list = []       # the units this session runs, in order (after -k, --lf)
         self.selected: set[str] = set()   # their record keys: waited for, never read stale
+        self.stale_reused: dict[str, RunRecord] = {}   # key -> the record of other code --clh-reuse-stale gave it
 
     # --- what the session holds ---
     @property
@@ -146,6 +148,33 @@ class Session:
         unit.properties = []
         unit.run(self, unit)
 
+    def reuse(self, key: str, base_key: str | None = None) -> RunRecord | None:
+        """The one reuse decision of every executor (serial, Ray, ensemble, a family's own steps): the stored
+        record of ``key`` that can stand for a run, or None to run it. ``--clh-fresh``: never;
+        ``--clh-reuse-stale``: else the newest record of ``base_key`` made by other code (the caller says so)."""
+        if self.options.fresh:
+            return None
+        if key in self.stale_reused:
+            return self.stale_reused[key]
+        record = self.store.reusable(key)
+        if record is None and self.options.reuse_stale and base_key:
+            record = self.store.stale(base_key)
+            if record is not None:
+                self.stale_reused[key] = record   # one answer per key, also for waiters (wait_for)
+        return record
+
+    def reuse_case(self, case, method_cls=None) -> RunRecord | None:
+        """``reuse`` for a case: its key and base key."""
+        from .runner import base_key, case_key
+        method_cls = method_cls or self.harness.methods[case.method]
+        return self.reuse(case_key(case, method_cls), base_key(case, method_cls))
+
+    def say_stale(self, unit, record: RunRecord, now: str) -> None:
+        """What ``--clh-reuse-stale`` reused, on the unit (a front end sums them up): never silent."""
+        unit.properties.append((outcomes.REUSED_STALE,
+                                f"{record.case_id}: stored record {record.key} made by code {record.code_digest or '?'}"
+                                f" (commit {record.git_commit or '-'}), the code now is {now}"))
+
     def run_stored(self, unit, case, amend=None, divergence_expected: bool = False) -> RunRecord:
         """Run ``case`` through the results store (a stored record with the same content hash is
         reused) and raise its status as an outcome. ``amend(record)`` edits a fresh record before it
@@ -153,16 +182,11 @@ class Session:
         from .runner import base_key, case_key, run_case
         method_cls = self.harness.methods[case.method]
         key = case_key(case, method_cls)
-        record = None if self.options.fresh else self.store.reusable(key)
-        if record is None and self.options.reuse_stale and not self.options.fresh:
-            record = self.store.stale(base_key(case, method_cls))
-            if record is not None:
-                from .code_identity import code_digest
-                from .runner import _kind_file
-                now = code_digest(method_cls, _kind_file(case.scenario.kind))
-                unit.properties.append((outcomes.REUSED_STALE,
-                                        f"{record.case_id}: stored record {record.key} made by code {record.code_digest or '?'}"
-                                        f" (commit {record.git_commit or '-'}), the code now is {now}"))
+        record = self.reuse(key, base_key(case, method_cls))
+        if record is not None and record.key != key:
+            from .code_identity import code_digest
+            from .runner import _kind_file
+            self.say_stale(unit, record, code_digest(method_cls, _kind_file(case.scenario.kind)))
         if record is not None:
             unit.properties.append((outcomes.REUSED, record.key))
         else:
@@ -239,13 +263,13 @@ class Session:
         found, pending = {}, set(keys)
         while True:
             for key in sorted(pending):
-                record = self.store.get(key)
+                record = self.stale_reused.get(key) or self.store.get(key)
                 if record is None and key in self.selected:
                     record = self.store.dead_run(key)   # its process died mid-run: failed, not awaited
                     if record is None:
                         continue
                 if record is not None and key in self.selected and record.session != self.session_id \
-                        and (self.options.fresh or record.status not in REUSABLE):
+                        and key not in self.stale_reused and (self.options.fresh or record.status not in REUSABLE):
                     continue   # an older record; this session's run is still to come
                 pending.discard(key)
                 if record is not None:

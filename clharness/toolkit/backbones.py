@@ -5,6 +5,8 @@ whose forward maps normalised inputs (N, C, H, W) to penultimate features (N, ou
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import inspect
 import logging
 import math
@@ -79,6 +81,7 @@ class _BasicBlock(nn.Module):
         self.pad, self.stride = c_out - c_in, stride   # option A: subsample, zero-pad the channels
         if shortcut == "B" and (stride != 1 or c_in != c_out):
             self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+        self.last_relu = True   # False: the sum is returned before the ReLU (ResNet.raw_features)
 
     def forward(self, x):
         out = F.relu(self.bn1(self.conv1(x)))
@@ -87,7 +90,7 @@ class _BasicBlock(nn.Module):
             x = F.pad(x[:, :, ::self.stride, ::self.stride], (0, 0, 0, 0, 0, self.pad))
         else:
             x = self.shortcut(x)
-        return F.relu(out + x)
+        return F.relu(out + x) if self.last_relu else out + x
 
 
 class ResNet(nn.Module):
@@ -111,6 +114,13 @@ class ResNet(nn.Module):
 
     def forward(self, x):
         return self.pool(self.layers(self.stem(x)))
+
+    def raw_features(self, raw: bool = True) -> "ResNet":
+        """``raw``: the last block returns its residual sum before the ReLU, so the embedding (and
+        the last stage's map) is pre-ReLU, as PODNet's references use it (PyCIL's resnet32 built with
+        ``last=True``; the authors' ``raw_features``). Other methods keep the ReLU (the default)."""
+        self.layers[-1].last_relu = not raw
+        return self
 
 
 def resnet18_reduced(input_shape, nf: int = 20) -> ResNet:
@@ -274,14 +284,23 @@ def timm_backbone(input_shape, model: str = "vit_base_patch16_224", pretrained: 
             except TypeError as exc:   # the model does not take img_size: retry without
                 if "img_size" not in str(exc) or i == len(sizes) - 1 or img_size is not None:
                     raise
+            except RuntimeError as exc:   # a tensor of the file has another shape than the model's
+                if checkpoint is None or "size mismatch" not in str(exc):
+                    raise
+                raise WeightsMismatch(f"timm backbone {model!r}: checkpoint {str(checkpoint)!r} holds weights of "
+                                      f"another architecture: {_shorten(str(exc))}. Fix: point checkpoint at weights "
+                                      f"of {model!r} (with these backbone_options), or name their model") from None
     finally:
         log.removeHandler(handler)
         log.setLevel(old_level)
-    if checkpoint is not None:
-        missing = [r.getMessage() for r in records if r.getMessage().startswith("Missing keys")]
-        if missing:
-            raise RuntimeError(f"timm backbone {model!r}: checkpoint {checkpoint!r} does not hold every weight "
-                               f"of the model: {_shorten(missing[0])}")
+    if checkpoint is not None:   # every weight of the model from the file, and nothing the model does not hold
+        for what, start in (("does not hold every weight of the model", "Missing keys"),
+                            ("holds weights the model does not have", "Unexpected keys")):
+            found = [r.getMessage() for r in records if r.getMessage().startswith(start)]
+            if found:
+                raise WeightsMismatch(f"timm backbone {model!r}: checkpoint {str(checkpoint)!r} {what} (weights of "
+                                      f"another architecture): {_shorten(found[0])}. Fix: point checkpoint at "
+                                      f"weights of {model!r} (with these backbone_options), or name their model")
     return TimmBackbone(net, freeze=freeze)
 
 
@@ -446,8 +465,10 @@ def input_normalization(normalize: str = "dataset", backbone: str = "", options:
 
 
 def weights_identity(backbone: str, options: dict | None = None) -> str:
-    """What a run's record stores about its backbone's weights: the full timm tag of pretrained (or
-    checkpoint) weights, ``"<model> (random init)"`` for an untrained timm model, "" otherwise."""
+    """What a run's record stores about its backbone's weights: for a weights file it loads (a checkpoint,
+    or timm's cached pretrained file) the tag the file carries (``checkpoint_tag``) or ``untagged``, and
+    ``sha256:<first 16>`` of its content; the full timm tag of pretrained weights whose file is not
+    here (loaded some other way); ``"<model> (random init)"`` for an untrained timm model; "" otherwise."""
     options = options or {}
     model = timm_model(backbone, options)
     if model is None:
@@ -455,10 +476,53 @@ def weights_identity(backbone: str, options: dict | None = None) -> str:
     pretrained = options.get("pretrained", _factory_default(backbone, "pretrained")) or options.get("checkpoint")
     if not pretrained:
         return f"{model} (random init)"
+    path = weights_file(backbone, options)
+    if path is None:
+        try:
+            path = cached_weights(model)
+        except Exception:   # not in timm's caches (or a name timm does not know): the run itself reports it
+            path = None
+    if path is not None and path.is_file():
+        return f"{checkpoint_tag(path) or 'untagged'} sha256:{file_sha256(path)[:16]}"
     try:
         return full_tag(model)
     except Exception:   # a name timm does not know: the run itself reports it
         return model
+
+
+def weights_file(backbone: str, options: dict | None = None) -> Path | None:
+    """The weights file a suite names for its backbone (``backbone_options.checkpoint``), None without one."""
+    options = options or {}
+    checkpoint = options.get("checkpoint")
+    if not checkpoint or timm_model(backbone, options) is None:
+        return None
+    return Path(checkpoint).expanduser()
+
+
+def weights_key(backbone: str, options: dict | None = None) -> str | None:
+    """What the record key holds of a named weights file: its content hash, so replacing the file at the same
+    path retrains (a file not there yet: its path, the run then fails naming it). None without a file."""
+    path = weights_file(backbone, options)
+    if path is None:
+        return None
+    return f"sha256:{file_sha256(path)}" if path.is_file() else f"missing:{path}"
+
+
+def file_sha256(path) -> str:
+    """The sha256 of a file's content, hashed once per path, size and modification time (an unchanged
+    file is never read twice; a replaced one is)."""
+    path = Path(path).resolve()
+    st = path.stat()
+    return _sha256(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def pretrained_weights(backbone: str, options: dict | None = None) -> bool:

@@ -248,7 +248,7 @@ def remote_fan_out(remote):
 
 # ---------------------------------------------------------------------------------- units
 def collect(session, suite, spec: ScenarioSpec, methods: list[str], seeds: int) -> list:
-    from ...results import run_key
+    from ...engine import keys
     from ...engine.runner import Case, resolve_hparams, versions
     from ...engine.suites import SuiteError
     from ...engine.units import Unit, case_unit
@@ -303,13 +303,11 @@ def collect(session, suite, spec: ScenarioSpec, methods: list[str], seeds: int) 
             else:
                 jobs.append(Job(use_case, use_case, [], list(methods)))
         for job in jobs:
-            definition = {"kind": "cldyb-search", "suite": suite.name, "scenario": _search_spec(spec),
-                          "job": job.label, "seed": seed, "versions": versions(), "search_version": SEARCH_VERSION,
-                          "methods": [(m, harness.methods[m].version, hparams[m]) for m in job.searchers]}
-            base = run_key(definition)   # the same search under any code (RunRecord.base_key)
-            definition["code"] = [code_digest(harness.methods[m], __file__) for m in job.searchers] \
-                or code_digest(Search, __file__)
-            key = run_key(definition)
+            definition = keys.search_definition(
+                suite.name, _search_spec(spec), job.label, seed, versions(), SEARCH_VERSION,
+                [(m, harness.methods[m].version, hparams[m]) for m in job.searchers],
+                [code_digest(harness.methods[m], __file__) for m in job.searchers] or code_digest(Search, __file__))
+            key, base = keys.record_key(definition), keys.base_key_of(definition)   # base: under any code
             path = root / f"{suite.name}-{spec.name}-{job.label}-seed{seed}.json"
             name = f"{spec.name}[search-{job.label}-seed{seed}]"
             searches.append(Unit(name, _run_search, suite=suite.name, path=suite.path, key=key, role="search",
@@ -317,7 +315,8 @@ def collect(session, suite, spec: ScenarioSpec, methods: list[str], seeds: int) 
                                  data={"spec": spec, "job": job, "seed": seed, "sequence_path": path,
                                        "hparams": hparams, "base_key": base}))
             replay_spec = dataclasses.replace(spec, name=f"{spec.name}/{job.use_case}",
-                                              options={**o, "pool": [], "sequence": str(path), "search_key": key})
+                                              options={**o, "pool": [], "sequence": str(path), "search_key": key,
+                                                       "search_key_base": base})   # engine.keys.KEYED_OPTIONS
             for m in job.evaluated:
                 evals += case_units(f"{spec.name}/{job.use_case}[{m}-seed{seed}]",
                                     Case(suite.name, replay_spec, m, seed, hparams[m]), key, name)
@@ -342,14 +341,16 @@ def _run_search(session, unit) -> None:
     from . import sequence as seqmod
     d = unit.data
     spec, job, seed, path = d["spec"], d["job"], d["seed"], d["sequence_path"]
-    if not session.options.fresh:
-        record = session.store.reusable(unit.key)
-        if record is not None and record.status == "passed" and path.exists():
-            try:
-                if seqmod.load(path).get("search_key") == unit.key:
-                    return
-            except seqmod.SequenceError:
-                pass
+    record = session.reuse(unit.key, d["base_key"])   # the session's one reuse rule (--clh-fresh, --clh-reuse-stale)
+    if record is not None and record.status == "passed" and path.exists():
+        try:
+            if seqmod.load(path).get("search_key") == record.key:   # the file is still that search's sequence
+                if record.key != unit.key:
+                    session.say_stale(unit, record, f"that of search {unit.key}")
+                return
+        except seqmod.SequenceError:
+            pass
+    session.stale_reused.pop(unit.key, None)   # searched again: its own record answers
     record = RunRecord(suite=unit.suite, scenario=f"{spec.name}/{job.label}", method=SEARCH_METHOD,
                        seed=seed, setting=spec.setting, device=str(session.device), versions=dict(versions()),
                        key=unit.key, base_key=d["base_key"], started_at=time.time(), session=session.session_id)

@@ -12,7 +12,4 @@ class TuneCase(Case):
     not by the suite that asked for it, so scenarios of different suites that tune on the same
     D^HT share one stored run (its record keeps the name of the suite that ran it first)."""
 
-    def definition(self, method_cls, versions):
-        out = super().definition(method_cls, versions)
-        del out["suite"]
-        return out
+    KEY_OMITS = ("suite",)   # engine.keys: the definition without the suite that asked for it
