@@ -277,6 +277,11 @@ class PODNet(ExemplarLearner):
         "per batch)",
         "old proxies are frozen by a detached copy in the forward pass, so SGD's weight decay still "
         "shrinks them (their directions, all a cosine classifier uses, do not change)",
+        "embedding='pre-relu' (default): on the harness's ResNets the last block returns its sum before the "
+        "ReLU, so the LSC, POD-flat, NME and imprinting see a pre-ReLU embedding and POD-spatial a pre-ReLU "
+        "last-stage map, as PyCIL's resnet32 with last=True (convs/ucir_cifar_resnet.py); the authors' "
+        "rebuffi net (inclearn/convnet/my_resnet.py:284-301, raw_features) also keeps its earlier stage maps "
+        "pre-ReLU. Other backbones embed as they are; embedding='post-relu' keeps the last ReLU",
     )
     hparams = {**incremental_space(weight_decay=5e-4),
                "scheduler": Choice(["constant", "steplr", "cosine"], default="cosine"),
@@ -292,7 +297,10 @@ class PODNet(ExemplarLearner):
                "finetune_params": Choice(["classifier", "all_but_old"], default="classifier"),
                "finetune_scheduler": Choice(["constant", "cosine"], default="constant"),
                "adaptive_factor": clh.Choice([True, False], default=True),
-               "classifier": clh.Choice(["nme", "cnn"], default="nme")}
+               "classifier": clh.Choice(["nme", "cnn"], default="nme"),
+               # both references embed before the last ReLU (ResNet.raw_features; class docstring)
+               "embedding": clh.Choice(["pre-relu", "post-relu"], default="pre-relu")}
+    later_hparams = {"embedding": "post-relu"}   # added later: stored runs (post-ReLU) keep their keys
     # GTEP Table 4's PODNet sets (num proxy, post-FT epochs and LR, adaptive factor); the table
     # gives no sets for lambda_c / lambda_f, which keep PyCIL's 5 and 1.
     tuning_space = {"proxies": clh.Choice([10, 20, 30, 50, 100]),
@@ -303,6 +311,8 @@ class PODNet(ExemplarLearner):
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)
         backbone = self.model.backbone
+        if self.hp["embedding"] == "pre-relu" and hasattr(backbone, "raw_features"):
+            backbone.raw_features()   # the harness's ResNets; other backbones embed as they are
         self.model = PODNetModel(backbone, context.num_classes, self.hp["proxies"],
                                  self.hp["similarity"]).to(context.device)
         self.map_names = stage_modules(backbone, context.input_shape, context.device)

@@ -706,6 +706,15 @@ MUTATIONS: tuple[Mutation, ...] = (
              "counts = torch.bincount(idx.flatten(), minlength=pool_size)",
              "counts = torch.bincount(idx.flatten(), minlength=pool_size) + torch.arange(pool_size) * 1e-3",
              ("tests/test_knobs.py::test_batchwise_vote_breaks_ties_towards_the_lowest_prompt_id",)),
+    Mutation("podnet-embeds-after-the-relu", "methods/podnet.py",
+             "backbone.raw_features()   # the harness's ResNets", "pass   # the harness's ResNets",
+             ("tests/test_knobs.py::test_podnet_embeds_before_the_last_relu_and_other_methods_after_it",)),
+    Mutation("resnet-raw-features-keep-the-relu", "clharness/toolkit/backbones.py",
+             "self.layers[-1].last_relu = not raw", "self.layers[-1].last_relu = True",
+             ("tests/test_knobs.py::test_podnet_embeds_before_the_last_relu_and_other_methods_after_it",)),
+    Mutation("resnet-relu-dropped-for-every-method", "clharness/toolkit/backbones.py",
+             "self.last_relu = True   # False:", "self.last_relu = False   # False:",
+             ("tests/test_knobs.py::test_podnet_embeds_before_the_last_relu_and_other_methods_after_it",)),
 )
 
 

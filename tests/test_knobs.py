@@ -287,3 +287,40 @@ def test_wa_weight_decay_is_divided_by_the_stage_plus_one(schedule, expected):
     for t, classes in enumerate([(0, 1), (2, 3), (4, 5)]):
         wa.learn(uint8_experience(classes, seed=t))
     assert [d.pop() for d in decays] == pytest.approx(expected) and not any(decays)
+
+
+# --- PODNet's embedding is pre-ReLU (PyCIL resnet32 last=True; the authors' raw_features), others' is not --
+
+def _resnet_context():
+    from clharness.toolkit.backbones import resnet32
+    return clh.Context(clh.Setting.CLASS_IL, 4, (3, 8, 8), seed=0, epochs=1, batch_size=4, memory_size=8,
+                       backbone_factory=lambda: resnet32((3, 8, 8)))
+
+
+def _last_block_by_hand(net, x):
+    """resnet32 written out: stem, the first 14 blocks, then the last block's residual sum
+    bn2(conv2(relu(bn1(conv1(h))))) + h (identity shortcut) with no ReLU after it, averaged globally."""
+    h = net.layers[:-1](net.stem(x))
+    b = net.layers[-1]
+    s = b.bn2(b.conv2(F.relu(b.bn1(b.conv1(h))))) + h
+    return s, s.mean((2, 3))
+
+
+def test_podnet_embeds_before_the_last_relu_and_other_methods_after_it():
+    torch.manual_seed(0)
+    x = torch.randn(6, 3, 8, 8, generator=gen(2))
+    podnet = METHODS["podnet"](_resnet_context())
+    net = podnet.model.backbone.eval()
+    with torch.no_grad():
+        s, raw = _last_block_by_hand(net, x)
+        assert (raw < 0).any()                                   # a pre-ReLU embedding has negative entries
+        torch.testing.assert_close(podnet.model.features(x), raw, rtol=1e-5, atol=1e-6)
+        maps, h, _ = podnet.model.forward_with_maps(x, podnet.map_names)
+        torch.testing.assert_close(maps[-1], s, rtol=1e-5, atol=1e-6)   # POD-spatial's last-stage map
+        torch.testing.assert_close(h, raw, rtol=1e-5, atol=1e-6)       # POD-flat, LSC, NME and imprinting
+    post = METHODS["podnet"](_resnet_context(), embedding="post-relu").model.backbone.eval()
+    er = METHODS["er"](_resnet_context()).model.backbone.eval()
+    with torch.no_grad():
+        for net in (post, er):
+            s, _ = _last_block_by_hand(net, x)
+            torch.testing.assert_close(net(x), F.relu(s).mean((2, 3)), rtol=1e-5, atol=1e-6)
