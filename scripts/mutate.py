@@ -715,6 +715,12 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("resnet-relu-dropped-for-every-method", "clharness/toolkit/backbones.py",
              "self.last_relu = True   # False:", "self.last_relu = False   # False:",
              ("tests/test_knobs.py::test_podnet_embeds_before_the_last_relu_and_other_methods_after_it",)),
+    Mutation("cldyb-sup21k-augreg-weights", "suites/cldyb-cc.toml",
+             'model = "vit_base_patch16_224.orig_in21k"', 'model = "vit_base_patch16_224.augreg_in21k"',
+             ("tests/test_ptm_input.py::test_each_ptm_suite_names_the_full_tag_of_its_papers_weights",)),
+    Mutation("vit-b16-in21k-augreg-default", "clharness/toolkit/backbones.py",
+             'model: str = "vit_base_patch16_224.orig_in21k"', 'model: str = "vit_base_patch16_224.augreg_in21k"',
+             ("tests/test_cldyb_pool_suite.py::test_the_suite_follows_the_paper",)),
 )
 
 

@@ -57,7 +57,7 @@ def test_the_suite_follows_the_paper():
     assert list(suite.methods) == SEARCHERS + EVALUATED_ONLY and not suite.planned_methods
     assert [s.name for s in suite.scenarios] == ["sup21k", "clip"]
     assert [s.backbone for s in suite.scenarios] == ["vit-b16-in21k", "vit-b16-clip"]
-    assert inspect.signature(backbones.vit_b16_in21k).parameters["model"].default == "vit_base_patch16_224.augreg_in21k"
+    assert inspect.signature(backbones.vit_b16_in21k).parameters["model"].default == "vit_base_patch16_224.orig_in21k"
     assert inspect.signature(backbones.vit_b16_clip).parameters["model"].default == "vit_base_patch16_clip_224.openai"
     for spec in suite.scenarios:
         o = spec.options
@@ -140,7 +140,7 @@ def empty_weight_caches(monkeypatch, tmp_path):
 
 def test_both_backbones_need_their_pretrained_weights(empty_weight_caches):
     factories = Harness().backbones
-    for spec, model in zip(load_suite(SUITE).scenarios, ["vit_base_patch16_224.augreg_in21k",
+    for spec, model in zip(load_suite(SUITE).scenarios, ["vit_base_patch16_224.orig_in21k",
                                                           "vit_base_patch16_clip_224.openai"]):
         with pytest.raises(WeightsMissing, match=f"'{model}'.*checkpoint.*--clh-download"):
             factories[spec.backbone]((3, 224, 224), **spec.backbone_options)

@@ -29,7 +29,7 @@ from clharness.toolkit import backbones
 CPU = torch.device("cpu")
 SUITES = Path(__file__).resolve().parent.parent / "suites"
 PILOT = "vit_base_patch16_224.augreg_in21k_ft_in1k"   # LAMDA-PILOT's ViT-B/16 (its inc_net timm.create_model name)
-SUP21K = "vit_base_patch16_224.augreg_in21k"          # CLDyB's Sup-21K ViT-B/16
+SUP21K = "vit_base_patch16_224.orig_in21k"           # CLDyB's Sup-21K ViT-B/16 (Google's ViT-B_16.npz)
 # suite -> the full tag of its weights (first scenario)
 PTM_SUITES = {"imagenet-r-vit": PILOT, "gtep-vit": PILOT, "gtep-vit-200": PILOT,
               "cldyb-cc": SUP21K, "cldyb-ic": SUP21K, "cldyb-pool": SUP21K}

@@ -363,11 +363,14 @@ def resnet34(input_shape, pretrained: bool = False, **options) -> TimmBackbone:
     return timm_backbone(input_shape, model="resnet34", pretrained=pretrained, **options)
 
 
-def vit_b16_in21k(input_shape, pretrained: bool = True, model: str = "vit_base_patch16_224.augreg_in21k",
+def vit_b16_in21k(input_shape, pretrained: bool = True, model: str = "vit_base_patch16_224.orig_in21k",
                   **options) -> TimmBackbone:
-    """ViT-B/16 pretrained supervised on ImageNet-21K (timm's augreg weights), the "Sup-21K" backbone
-    of the PTM continual-learning papers (L2P, DualPrompt, SLCA, RanPAC, APER, EASE). Pretrained by
-    default: the weights come from ``checkpoint = "PATH"`` or timm's local cache (else --clh-download).
+    """ViT-B/16 pretrained supervised on ImageNet-21K, the "Sup-21K" backbone of the prompt methods
+    CLDyB compares: the original Google weights ``imagenet21k/ViT-B_16.npz`` that the codes of L2P,
+    DualPrompt, HiDe-Prompt and PGP load (l2p-pytorch ``vision_transformer.py:92-93``, HiDe-Prompt
+    ``vits/dp_vision_transformer.py:95``), timm's ``orig_in21k`` tag (not the later ``augreg_in21k``
+    weights). Pretrained by default: the weights come from ``checkpoint = "PATH"`` or timm's local
+    cache (else --clh-download).
     ``model`` names another timm model with the same treatment (tests use a tiny one)."""
     return timm_backbone(input_shape, model=model, pretrained=pretrained, **options)
 
