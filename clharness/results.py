@@ -47,11 +47,12 @@ class RunRecord:
     peak_rss_mb: float = 0.0
     device: str = ""
     # torch's CPU threads during the run: float sums are split by thread, so a chaotic method's CPU
-    # result can differ between 1 and 2 threads (Ray workers run 1). Recorded, not part of the key.
+    # result can differ between 1 and 2 threads; a count other than 1 is part of the key (engine.keys).
     cpu_threads: int = 0
     dataset: str = ""                       # dataset identity (name and options)
-    # the backbone's weights: the full timm tag of pretrained or checkpoint weights ("vit_base_patch16_224.
-    # augreg_in21k_ft_in1k"), "<model> (random init)" for an untrained timm model, "" for other backbones
+    # the backbone's weights: for a weights file it loaded (a checkpoint, timm's cached file) the tag the file
+    # carries, else "untagged", and "sha256:<first 16>" of its content; the full timm tag of pretrained weights
+    # loaded otherwise; "<model> (random init)" for an untrained timm model; "" for other backbones
     weights: str = ""
     method_version: str = ""
     versions: dict[str, str] = field(default_factory=dict)
@@ -90,7 +91,8 @@ class RunRecord:
 
 
 def run_key(definition: dict[str, Any]) -> str:
-    """Content hash of everything that defines a run (stored runs with the same key are reused)."""
+    """Content hash of a run's definition; record keys are made by ``engine.keys.record_key`` (which
+    checks the definition's fields against its declared list) and only hashed here."""
     blob = json.dumps(definition, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
