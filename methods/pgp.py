@@ -55,7 +55,10 @@ class PGP(L2P):
              "Gradient Projection for Continual Learning, ICLR 2024")
     reference = "JingyangQiao/prompt-gradient-projection: l2p-pgp/engine.py, memory.py"
     deviations = ("subspace='pca': the code's PCA (9 prompt / 5 key components) taken in the embedding space",
-                  "input and prompt parts stacked (their sum space), not added as PCA score matrices",
+                  "subspace='pca': the input and prompt parts are stacked (the sum of their spans: up to 2 x 9 "
+                  "directions a task), where l2p-pgp/engine.py:210-224 adds the two 768 x 9 PCA score matrices "
+                  "(rep = rep + p; memory.py:39-40 then keeps at most 9): that sum pairs components by rank "
+                  "and sklearn's sign convention, which has no meaning in the embedding space",
                   "energy on squared singular values (the code's update_memory squares twice)")
     hparams = {**L2P.hparams,
                "prompt_threshold": clh.Float(0.01, 1.0, default=0.50),

@@ -752,6 +752,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("register-stf-entropy-100-points-misstated", "docs/benchmarks.md",
              "(99.47% with 100 points", "(99.48% with 100 points",
              ("tests/test_reproduce_register.py::test_the_stated_stf_entropy_figure_for_100_grid_points_is_what_it_computes",)),
+    Mutation("pgp-pca-prompt-part-rank-one", "methods/pgp.py",
+             "[principal_part(r, k) for r in rows]", "[principal_part(r, 1) for r in rows]",
+             ("tests/test_ptm_methods_fidelity.py::test_pgp_pca_stacks_the_input_and_prompt_parts_up_to_twice_the_components",)),
 )
 
 

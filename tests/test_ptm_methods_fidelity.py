@@ -286,6 +286,22 @@ def test_pgp_pca_subspace_keeps_the_top_principal_directions_of_the_centred_quer
     torch.testing.assert_close(V @ V.T, Vh[:r].T @ Vh[:r], rtol=0, atol=1e-4)
 
 
+
+def test_pgp_pca_stacks_the_input_and_prompt_parts_up_to_twice_the_components(data):
+    """Issue 39 item 9, declared: l2p-pgp/engine.py:210-224 adds the two PCA score matrices (768 x 9 each,
+    ``rep = rep + p``), so the code's memory gains at most 9 directions a task; here the k leading
+    principal directions of the patch embeddings and of the prompt rows are stacked (the sum of their
+    spans), up to 2k directions. With k = 2 and a threshold keeping the whole span, task 2 adds 4."""
+    exps = experiences(data)
+    pgp = METHODS["pgp"](context(epochs=1), **{**PGP, "memory_images": 8}, subspace="pca", prompt_components=2,
+                         prompt_threshold=0.999999)
+    pgp.remember(exps[0])
+    first = pgp.prompt_space.basis.shape[1]
+    assert first == 2                                               # the embeddings' two leading axes
+    prompts = torch.randn(6, 3, 192, generator=torch.Generator().manual_seed(0))
+    pgp.remember(exps[1], prompts)
+    assert pgp.prompt_space.basis.shape[1] - first == 4             # 2 input + 2 prompt directions, stacked
+
 # --------------------------------------------------------------------------------------------- RanPAC
 def test_ranpac_ssf_first_phase_scales_and_shifts_every_operation_then_freezes(data):
     """RanPAC/RanPAC args/imagenetr_publish.csv: model ssf, pretrained_vit_b16_224_ssf: phase 1
