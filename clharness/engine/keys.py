@@ -41,7 +41,7 @@ CODE_FIELDS = ("code",)
 KEYED_OPTIONS = ("search_key",)
 
 
-class KeyError_(ValueError):
+class UndeclaredKeyField(ValueError):
     """A definition with a field the key rule does not declare."""
 
 
@@ -49,7 +49,7 @@ def record_key(definition: dict[str, Any]) -> str:
     """The key of a record: the content hash of its definition (every field declared in ``FIELDS``)."""
     unknown = sorted(set(definition) - set(FIELDS))
     if unknown:
-        raise KeyError_(f"record key: field(s) {', '.join(unknown)} are not declared in engine.keys.FIELDS; "
+        raise UndeclaredKeyField(f"record key: field(s) {', '.join(unknown)} are not declared in engine.keys.FIELDS; "
                         "declare each with what it holds (and whether it leaves the base key) before keying on it")
     return run_key(_without_base_only(definition))
 

@@ -61,7 +61,8 @@ class Options:
 
 
 class Session:
-    """One session's state; ``run_stored`` is the one place a case's record is reused or made."""
+    """One session's state; ``reuse`` is the one place any executor decides to reuse a stored record,
+    ``run_stored`` the one place a case's record is reused or made."""
 
     def __init__(self, options: Options, harness=None, session_id: str | None = None,
                  warn: Callable[[str], None] = note):
