@@ -135,3 +135,28 @@ def stored(path) -> dict:
         return {r.key: r for r in store.records()}
     finally:
         store.close()
+
+
+def test_a_cldyb_replay_whose_search_ran_elsewhere_finds_its_stale_search(tmp_path, monkeypatch):
+    """Under pytest-xdist a replay may run in another process than its search: it finds the search's stale
+    record itself, by the search's base key, instead of waiting for a record the search will never write."""
+    from clharness.engine import outcomes, runner
+    from clharness.engine.api import api_options
+    from clharness.engine.plan import expand, resolve_suite
+    from clharness.engine.session import Session
+    monkeypatch.chdir(tmp_path)
+    opts = dict(methods="lwf", seeds=1, quick=True, device="cpu", results=tmp_path / "r.sqlite")
+    assert clh.run("cldyb-mini", **opts).ok
+    renamed = make_stale(tmp_path / "r.sqlite")
+    forbid(monkeypatch, runner, "run_case")
+    session = Session(api_options(**opts, reuse_stale=True))
+    try:
+        replays = [u for u in expand(session, resolve_suite(session, "cldyb-mini")) if u.after]
+        session.schedule(replays)   # this process holds the replays only
+        for unit in replays:
+            session.execute(unit)
+            (record,) = [json.loads(v) for k, v in unit.properties if k == outcomes.RECORD]
+            assert record["key"] in renamed and record["code_digest"] == "old-code"
+    finally:
+        session.close()
+    assert len(replays) == 2

@@ -374,6 +374,8 @@ def _run_search(session, unit) -> None:
 
 def _run_replay(session, unit) -> None:
     from ...engine.outcomes import Failed
+    if session.options.reuse_stale:   # its search may be answered by a stale record in another process (xdist)
+        session.reuse(unit.after, unit.case.scenario.options.get("search_key_base"))
     records, missing = session.wait_for([unit.after])
     if missing or records[0].status != "passed":
         why = records[0].message if records else "no record (not run in this session and not in the results store)"
