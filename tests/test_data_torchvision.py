@@ -6,6 +6,7 @@ import torchvision.datasets as tvd
 
 import fakedata
 from clharness.data import BUILTIN_SOURCES, DatasetMissing, load_split
+from clharness.data.torchvision_sources import FashionMNIST
 
 
 def make(name, **options):
@@ -117,7 +118,9 @@ def test_omniglot_evaluation_set(tmp_path):
     ("svhn", {}, "svhn/train_32x32.mat"),
     ("omniglot", {}, "omniglot-py/images_background"),
 ])
-def test_missing_dataset_names_path_layout_and_flags(tmp_path, name, options, expected):
+def test_missing_dataset_names_path_layout_and_flags(tmp_path, monkeypatch, name, options, expected):
+    # a system copy (Debian's dataset-fashion-mnist on this machine) would be found: look in an empty one
+    monkeypatch.setattr(FashionMNIST, "system_folders", (str(tmp_path / "no-system-copy"),))
     source = make(name, **options)
     with pytest.raises(DatasetMissing) as err:
         source.load(tmp_path, True)

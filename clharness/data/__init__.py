@@ -18,7 +18,8 @@ BUILTIN_SOURCES: dict[str, type[DatasetSource]] = {name: globals()[where.rpartit
 
 
 @functools.lru_cache(maxsize=16)
-def _load_cached(cls, options: tuple, name: str, root: str | None, train: bool, download: bool):
+def _load_cached(cls, options: tuple, name: str, root: str | None, train: bool, download: bool,
+                 system_folders: tuple = ()):   # in the key: a copy found elsewhere is another split
     source = cls(**dict(options))
     source.name = name
     return source.load(Path(root) if root else None, train, download)
@@ -33,11 +34,11 @@ def load_split(source: DatasetSource, root: str | Path | None, train: bool, down
     """Load one split once per process (suites reuse a dataset across methods and seeds)."""
     if not source.needs_root and (source.identity(), train) in PRELOADED:
         return PRELOADED[(source.identity(), train)]
-    if source.needs_root and root is None:
+    if source.needs_root and root is None and not source.system_folders:
         raise DatasetMissing(source.name, None, source.layout or "see the dataset's documentation",
                              source.can_download)
     return _load_cached(type(source), tuple(sorted(source.options.items())), source.name,
-                        str(root) if root else None, train, download)
+                        str(root) if root else None, train, download, tuple(source.system_folders))
 
 
 __all__ = ["ArrayDataset", "DatasetMissing", "DatasetSource", "FileDataset", "StreamData", "TensorData",

@@ -276,6 +276,9 @@ class DatasetSource(abc.ABC):
     layout: ClassVar[str] = ""            # the on-disk layout, shown when the data is missing
     needs_root: ClassVar[bool] = True     # False for bundled / generated data
     can_download: ClassVar[bool] = False
+    # folders a system package fills (Debian's dataset-fashion-mnist), searched after the data root: a
+    # source that has some loads without a data root
+    system_folders: ClassVar[tuple[str, ...]] = ()
     defaults: ClassVar[dict] = {}         # accepted options and their defaults
 
     def __init__(self, **options):

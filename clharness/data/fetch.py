@@ -257,11 +257,18 @@ def fetch(names: list[str], root: Path, base_url: str | None = None, stream=sys.
         elif entry.how == "torchvision":
             source = Harness().datasets[entry.source](**entry.options)
             source.name = entry.source
+            found = source.locate(root) if hasattr(source, "locate") else None
+            if found is not None:   # a run reads it already (e.g. Debian's dataset-fashion-mnist)
+                folder = next(iter(found[1].values())).parent
+                lines.append(f"{name}: already present ({found[0]} {folder}), nothing fetched")
+                continue
             try:
                 for train in (True, False):
                     source.load(root, train, download=True)   # torchvision downloads and checks its md5 sums
-            except RuntimeError as exc:   # torchvision's "not found or corrupted", a failed integrity check
-                raise FetchError(f"{name}: torchvision could not fetch it into {root}: {exc}") from None
+            except (RuntimeError, FileNotFoundError) as exc:   # torchvision's "not found or corrupted"
+                # (the source turns that into DatasetMissing, whose "add --clh-download" is no advice here)
+                cause = exc.__cause__ if isinstance(exc, FileNotFoundError) and exc.__cause__ else exc
+                raise FetchError(f"{name}: torchvision could not fetch it into {root}: {cause}") from None
             lines.append(f"{name}: fetched by torchvision into {root}")
         else:
             lines.append(f"{name}: not downloaded: {entry.instructions}")
@@ -340,6 +347,10 @@ def check(suite_file: Path, root: Path | None, harness) -> tuple[list[list[str]]
         if not source.needs_root:
             rows.append([label, "present (no files needed)", entry.instructions or "-"])
             continue
+        if hasattr(source, "locate"):   # the MNIST family: data root, then a system package's folder
+            rows.append(_located(label, source, root, key, entry))
+            ok &= rows[-1][1].startswith("present")
+            continue
         if root is None:
             rows.append([label, "unknown: no data root (--root or CLH_DATA_ROOT)", _how(key, entry, root)])
             ok = False
@@ -349,6 +360,19 @@ def check(suite_file: Path, root: Path | None, harness) -> tuple[list[list[str]]
         ok &= missing is None
         rows.append([label, status, "-" if missing is None else _how(key, entry, root)])
     return rows, ok
+
+
+def _located(label: str, source, root: Path | None, key: str, entry: Entry) -> list[str]:
+    """The row of a source that searches several copies: the one a run will read, or every place looked."""
+    found = source.locate(root)
+    if found is not None:
+        where = sorted({str(p.parent) for p in found[1].values()})
+        return [label, f"present: {found[0]} {', '.join(where)} (a run reads this one)", "-"]
+    looked = ", ".join(f"{name} {folder}" for name, folder in source.copies(root)) or "nowhere (no data root)"
+    how = _how(key, entry, root)
+    if getattr(source, "system_package", ""):
+        how += f" (or apt-get install {source.system_package})"
+    return [label, f"missing: looked in {looked}", how]
 
 
 def _how(key: str, entry: Entry, root: Path | None) -> str:

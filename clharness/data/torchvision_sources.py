@@ -1,7 +1,10 @@
 """Sources read by torchvision's own dataset classes (their real parsing code), converted to uint8 NCHW."""
 from __future__ import annotations
 
+import gzip
+import math
 import os
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -61,26 +64,102 @@ class _TorchvisionSource(DatasetSource):
 
 
 class MNIST(_TorchvisionSource):
-    """MNIST handwritten digits (torchvision): 28x28 grey, 10 classes, 60,000 train / 10,000 test."""
+    """MNIST handwritten digits (torchvision): 28x28 grey, 10 classes, 60,000 train / 10,000 test.
+
+    The four IDX files are looked for in the data root (``<root>/MNIST/raw/``), then in the system
+    folders a distribution package fills (``system_folders``; Debian's ``dataset-fashion-mnist`` for
+    Fashion-MNIST), each file uncompressed or as the ``.gz`` it is published as. A gzip file is read as
+    it is (never unpacked beside it: a system folder is read-only). With download, torchvision fetches
+    the files into the data root and checks their md5 sums."""
     tv_class = tvd.MNIST
     layout = ("<root>/MNIST/raw/{train,t10k}-images-idx3-ubyte and {train,t10k}-labels-idx1-ubyte "
-              "(uncompressed IDX files, as torchvision's MNIST downloads them)")
+              "(uncompressed IDX files, as torchvision's MNIST downloads them, or the published .gz files)")
+    system_folders: tuple[str, ...] = ()
+    FILES = tuple(f"{s}-{k}" for s in ("train", "t10k") for k in ("images-idx3-ubyte", "labels-idx1-ubyte"))
 
     def _required(self, root, train):
         raw = root / self.tv_class.__name__ / "raw"   # torchvision checks all four files for either split
-        return [raw / f"{s}-{k}" for s in ("train", "t10k") for k in ("images-idx3-ubyte", "labels-idx1-ubyte")]
+        return [raw / name for name in self.FILES]
 
-    def _open(self, root, train, download):
-        return self.tv_class(str(root), train=train, download=download)
+    def copies(self, root: Path | None) -> list[tuple[str, Path]]:
+        """Where the files are looked for, in order: (which copy, folder)."""
+        places = [("data root", Path(root) / self.tv_class.__name__ / "raw")] if root is not None else []
+        return places + [("system copy", Path(folder)) for folder in self.system_folders]
 
-    def _convert(self, ds, train):
-        return ArrayDataset(ds.data.unsqueeze(1).contiguous(), ds.targets.long(), list(ds.classes), self.name)
+    def locate(self, root: Path | None) -> tuple[str, dict[str, Path]] | None:
+        """The first copy that holds all four files (each raw, else .gz): (which copy, name -> path)."""
+        for label, folder in self.copies(root):
+            found = {}
+            for name in self.FILES:
+                path = next((p for p in (folder / name, folder / f"{name}.gz") if p.is_file()), None)
+                if path is None:
+                    break
+                found[name] = path
+            else:
+                return label, found
+        return None
+
+    def load(self, root, train, download=False):
+        root = Path(root) if root is not None else None
+        located = self.locate(root)
+        if located is None and download and root is not None:
+            try:
+                self.tv_class(str(root), train=train, download=True)   # torchvision checks each file's md5
+            except RuntimeError as e:   # torchvision's generic "Dataset not found or corrupted"
+                if "not found" not in str(e):
+                    raise
+                raise DatasetMissing(self.name, self._first_missing(root), self.layout, self.can_download) from e
+            located = self.locate(root)
+        if located is None:
+            raise DatasetMissing(self.name, self._first_missing(root), self.layout + self._elsewhere(),
+                                 self.can_download)
+        prefix = "train" if train else "t10k"
+        images = read_idx(located[1][f"{prefix}-images-idx3-ubyte"])
+        labels = read_idx(located[1][f"{prefix}-labels-idx1-ubyte"])
+        if images.dim() != 3 or labels.dim() != 1 or len(images) != len(labels):
+            raise ValueError(f"{self.name}: {located[1][f'{prefix}-images-idx3-ubyte']} holds {tuple(images.shape)} "
+                             f"images for {tuple(labels.shape)} labels; expected (N, H, W) and (N,)")
+        return ArrayDataset(images.unsqueeze(1), labels.long(), list(self.tv_class.classes), self.name)
+
+    def _first_missing(self, root):
+        if root is None:
+            return None
+        raw = root / self.tv_class.__name__ / "raw"
+        return next((raw / n for n in self.FILES if not (raw / n).is_file() and not (raw / f"{n}.gz").is_file()),
+                    raw / self.FILES[0])
+
+    def _elsewhere(self) -> str:
+        if not self.system_folders:
+            return ""
+        return (f"; also looked in the system copy {', '.join(self.system_folders)} "
+                f"(Debian: apt-get install {self.system_package}), or run `clharness data fetch {self.name} "
+                "--root DIR`")
+
+
+def read_idx(path: Path) -> torch.Tensor:
+    """An IDX file of unsigned bytes (MNIST's format: magic 0x0000 0x08 ndim, big-endian dims, data),
+    raw or gzip-compressed, as a uint8 tensor; read in memory, nothing written anywhere."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = bytearray(f.read())
+    if len(data) < 4 or data[0] or data[1] or data[2] != 0x08:
+        raise ValueError(f"{path}: not an IDX file of unsigned bytes (magic {bytes(data[:4]).hex()}, "
+                         "expected 000008NN)")
+    ndim = data[3]
+    dims = struct.unpack(f">{ndim}I", bytes(data[4:4 + 4 * ndim]))
+    offset = 4 + 4 * ndim
+    if len(data) - offset != math.prod(dims):
+        raise ValueError(f"{path}: header says {dims} ({math.prod(dims)} bytes), the file holds "
+                         f"{len(data) - offset}; the file is truncated or corrupt")
+    return torch.frombuffer(data, dtype=torch.uint8, offset=offset).view(*dims)
 
 
 class FashionMNIST(MNIST):
     """Fashion-MNIST clothing images (torchvision): 28x28 grey, 10 classes, 60,000 train / 10,000 test."""
     tv_class = tvd.FashionMNIST
     layout = MNIST.layout.replace("MNIST/", "FashionMNIST/").replace("MNIST downloads", "FashionMNIST downloads")
+    system_folders = ("/usr/share/datasets/fashion-mnist",)   # Debian's dataset-fashion-mnist
+    system_package = "dataset-fashion-mnist"
 
 
 class KMNIST(MNIST):
