@@ -165,7 +165,7 @@ def test_fetch_verifies_torchvision_checksums(tmp_path, monkeypatch):
         calls.append((filename, md5))
         raise RuntimeError(f"File not found or corrupted: {filename} md5 mismatch")
     monkeypatch.setattr(tvm, "download_and_extract_archive", fake_download_and_extract)
-    with pytest.raises(F.FetchError, match="fashion-mnist: torchvision could not fetch.*md5 mismatch"):
+    with pytest.raises(F.FetchError, match="(?s)fashion-mnist: torchvision could not fetch.*md5 mismatch"):
         F.fetch(["fashion-mnist"], tmp_path / "root")
     published = dict(FashionMNIST.tv_class.resources)
     assert calls and calls[0] == ("train-images-idx3-ubyte.gz", published["train-images-idx3-ubyte.gz"])
