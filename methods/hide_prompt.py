@@ -10,15 +10,15 @@ with task-specific prompts or stored class statistics — never stored images:
   the task's classes plus the contrastive regulariser of the code (``reg``): the batch's prompted
   features and the stored prompted class means M form rows of S = M Mᵀ / 0.8, and each row is
   pulled towards itself, cross-entropy(S, identity), which pushes the new features away from the old
-  classes'. ``reg`` = 0.1 is the authors' CIFAR-100 script (their ImageNet-R script uses 0.5; the
-  config file's 0.01 is overridden by both). Gradients are clipped to norm 1.0 (``clip_grad``, the
+  classes'. ``reg`` = 0.5 is the authors' ImageNet-R script (their CIFAR-100 script uses 0.1, the
+  CUB one 0.01: ``config``). Gradients are clipped to norm 1.0 (``clip_grad``, the
   code's --clip-grad). After training, the prompt is mixed with the mean of the earlier ones,
   e_t ← (1 − 0.01) e_t + 0.01 mean(e_1..e_{t−1}) (``prompt_momentum``).
 - Task-identity inference (TII): a classifier ĥ on the frozen (uninstructed) [CLS] features q(x)
   (cached), trained separately from the prompts as the code's first stage does (its own pass over
-  the task's data, Adam at ``tii_lr`` = 0.0005 · 24 / 256, the stage's lr scaled by batch size / 256,
+  the task's data, Adam at ``tii_lr`` = 0.0005 (CUB: 0.01) · batch size / 256,
   gradients clipped to 1.0), learns each task's classes; from the second task on it is re-fitted
-  (SGD, ``tii_ca_lr`` = 0.005 · 24 / 256: that stage scales ca_lr too) on ``tii_samples_per_class``
+  (SGD, ``tii_ca_lr`` = 0.005 · batch size / 256: that stage scales ca_lr too) on ``tii_samples_per_class``
   = 24 features per class (the stage's batch size) sampled from the stored uninstructed class
   Gaussians N(μ̂_c, Σ̂_c) of every seen class. The inferred task of x is the task of the class
   ĥ(q(x)) ranks first.
@@ -29,9 +29,13 @@ with task-specific prompts or stored class statistics — never stored images:
 At test time: t̂ = TII(x), then h(f(x; e_t̂)). Statistics: mean and covariance per class
 (Σ + 1e-4 I). Alignment: ``ca_epochs`` = 30 epochs of SGD (lr ``ca_lr`` = 0.005 for TAP, momentum
 0.9, weight decay 5e-4, cosine decay), mini-batches of the per-class sample count. WTP: Adam, lr
-0.03 · 24 / 256 (the code scales by batch size / 256) for the prompts and ``head_lr_scale`` = 0.1
-times that for the classifier h (the scripts' --larger_prompt_lr); the lr schedule is the suite's
-``scheduler`` (the scripts: cosine on ImageNet-R, step on CIFAR-100).
+0.03 · batch size / 256 (``scale_lr``: the code scales every stage's lr by its per-device batch size /
+256, 24 in the scripts; the run's batch size here) for the prompts and ``head_lr_scale`` = 0.1 times
+that for the classifier h (the ImageNet-R and CIFAR-100 scripts' --larger_prompt_lr); the lr schedule
+is the suite's ``scheduler`` (the scripts: cosine on ImageNet-R, step on CIFAR-100). ``config`` =
+"cifar100", "imr" or "cub" sets the scripts' prompt length (5, 20, 20), ``reg`` (0.1, 0.5, 0.01),
+TII lr (0.0005, 0.0005, 0.01) and ``head_lr_scale`` (0.1, 0.1, 1); "custom" (default) keeps the
+hyperparameters as given, whose defaults are the ImageNet-R script's.
 
 Deliberate differences: the TII classifier is linear on the frozen features (the code trains a
 small MLP head on them); alignment passes over every sampled feature once per epoch (the code
@@ -77,40 +81,54 @@ class ClassGaussians:
         return [*self.means.values(), *self.covs.values()]
 
 
+# thu-ml/HiDe-Prompt training_scripts/train_{cifar100,imr,cub}_vit.sh: the prompt stage's --length and
+# --reg, the TII stage's --lr, and --larger_prompt_lr (classifier at 0.1 lr; absent from the CUB script)
+CONFIGS = {"cifar100": {"prompt_length": 5, "reg": 0.1, "tii_lr": 0.0005, "head_lr_scale": 0.1},
+           "imr": {"prompt_length": 20, "reg": 0.5, "tii_lr": 0.0005, "head_lr_scale": 0.1},
+           "cub": {"prompt_length": 20, "reg": 0.01, "tii_lr": 0.01, "head_lr_scale": 1.0}}
+
+
 class HiDePrompt(clh.Method):
     name = "hide_prompt"
-    version = "2"   # E-prompt from the previous task's, TII trained apart at its own lr, the scripts' reg, clipping
+    version = "3"   # 3: lrs scaled by the run's batch size / 256, per-dataset configs, reg 0.5 (ImageNet-R's)
+    # 2: E-prompt from the previous task's, TII trained apart at its own lr, the scripts' reg, clipping
     paper = ("Liyuan Wang, Jingyi Xie, Xingxing Zhang, Mingyi Huang, Hang Su, Jun Zhu, Hierarchical "
              "Decomposition of Prompt-Based Continual Learning: Rethinking Obscured Sub-optimality, NeurIPS 2023")
     reference = "thu-ml/HiDe-Prompt: engines/hide_promtp_wtp_and_tap_engine.py, engines/hide_tii_engine.py"
     deviations = ("TII classifier linear on the frozen features (the code: an MLP head)",
                   "full-covariance class Gaussians (the code's default: 10 k-means centroids with variances)",
                   "alignment passes over every sampled feature once per epoch",
-                  "both stages run the suite's epochs")
-    hparams = {**optimizer_space(lr=0.03 * 24 / 256, optimizer="adam"),
+                  "both stages run the suite's epochs",
+                  "config='custom' (default) is the ImageNet-R script's prompt length 20 and reg 0.5; "
+                  "config='cifar100' / 'imr' / 'cub' set the scripts' length, reg, TII lr and classifier lr "
+                  "(training_scripts/train_{cifar100,imr,cub}_vit.sh); the lr schedule stays the suite's")
+    hparams = {**optimizer_space(lr=0.03, optimizer="adam"),
+               "config": clh.Choice(["custom", "cifar100", "imr", "cub"], default="custom"),
+               "scale_lr": clh.Choice([True, False], default=True),       # lr, tii_lr, tii_ca_lr x batch_size / 256
                "clip_grad": clh.Float(0.0, 100.0, default=1.0),            # 0 = no clipping
                "prompt_length": clh.Int(1, 100, default=20),
                "layers": clh.Choice(["0-4", "0-1", "0-0", "1-1", "0-2", "0-3", "0-5"], default="0-4"),
                "prompt_init": clh.Choice(["previous", "uniform"], default="previous"),
                "head_lr_scale": clh.Float(0.0, 10.0, default=0.1),            # --larger_prompt_lr
-               "reg": clh.Float(0.0, 10.0, default=0.1),
+               "reg": clh.Float(0.0, 10.0, default=0.5),
                "prompt_momentum": clh.Float(0.0, 1.0, default=0.01),
-               "tii_lr": clh.Float(1e-6, 1.0, default=0.0005 * 24 / 256, log=True),
+               "tii_lr": clh.Float(1e-6, 1.0, default=0.0005, log=True),
                "ca_epochs": clh.Int(0, 1000, default=30),
                "ca_lr": clh.Float(1e-5, 1.0, default=0.005, log=True),
-               "tii_ca_lr": clh.Float(1e-5, 1.0, default=0.005 * 24 / 256, log=True),
+               "tii_ca_lr": clh.Float(1e-5, 1.0, default=0.005, log=True),
                "samples_per_class": clh.Int(1, 10000, default=120),
                "tii_samples_per_class": clh.Int(1, 10000, default=24)}
     # CLDyB B.3 selection space (clharness/engine/hparam_selection.py; GTEP's "method" reading too): the
     # values thu-ml/HiDe-Prompt's training_scripts/train_{cifar100,imr,cub,5datsets}_vit.sh pass to the
     # prompt stage: --length 5 (CIFAR-100) or 20 (ImageNet-R, CUB; the configs' default), --reg 0.01 (CUB),
     # 0.1 (CIFAR-100, 5-datasets) or 0.5 (ImageNet-R). The scripts keep the stage's lr at the configs' 0.03
-    # (our default, x 24 / 256), so it is not searched. Defaults (20, 0.1) included; 6 candidates.
+    # (our default, x batch size / 256), so it is not searched. Defaults (20, 0.5) included; 6 candidates.
     tuning_space = {"prompt_length": clh.Choice([5, 20]),
                     "reg": clh.Choice([0.01, 0.1, 0.5])}
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)
+        self.hp.update(CONFIGS.get(self.hp["config"], {}))   # a dataset's script sets these
         self.frozen = FrozenFeatures(context.make_backbone(), amp=context.amp)
         vit = vit_of(self.frozen, self.name)
         self.layers = layer_range(self.hp["layers"], len(vit.blocks), self.name)
@@ -189,8 +207,17 @@ class HiDePrompt(clh.Method):
         self.store_statistics(experience, t)
         if t and self.hp["ca_epochs"]:
             # TII from the uninstructed statistics, TAP from the instructed ones
-            self.align(self.tii_head, self.uninstructed, self.hp["tii_ca_lr"], self.hp["tii_samples_per_class"])
+            self.align(self.tii_head, self.uninstructed, self.hp["tii_ca_lr"] * self.lr_scale,
+                       self.hp["tii_samples_per_class"])
             self.align(self.head, self.instructed, self.hp["ca_lr"], self.hp["samples_per_class"])
+
+    @property
+    def lr_scale(self) -> float:
+        """batch size / 256 with ``scale_lr`` (tii_trainer.py:75-80, hideprompt_trainer.py:101-105: the
+        per-device batch, --unscale_lr being on in every config), else 1. ``Trainer.for_method``
+        applies it to ``lr`` and ``tii_lr``; the TII alignment's ``tii_ca_lr`` is scaled here (the TII
+        trainer scales ca_lr too); TAP's ``ca_lr`` is not (the WTP trainer leaves it)."""
+        return self.context.batch_size / 256 if self.hp["scale_lr"] else 1.0
 
     def _add_head_group(self, trainer: Trainer) -> None:
         """The classifier h as a second parameter group at ``head_lr_scale`` x the prompts' lr (the

@@ -758,6 +758,19 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("pgp-pca-prompt-part-rank-one", "methods/pgp.py",
              "[principal_part(r, k) for r in rows]", "[principal_part(r, 1) for r in rows]",
              ("tests/test_ptm_methods_fidelity.py::test_pgp_pca_stacks_the_input_and_prompt_parts_up_to_twice_the_components",)),
+    Mutation("hide-tii-alignment-lr-unscaled", "methods/hide_prompt.py",
+             'return self.context.batch_size / 256 if self.hp["scale_lr"] else 1.0', "return 1.0",
+             ("tests/test_ptm_methods_fidelity.py::test_hide_prompt_scales_its_learning_rates_by_the_batch_size",)),
+    Mutation("hide-tap-alignment-lr-scaled", "methods/hide_prompt.py",
+             'self.align(self.head, self.instructed, self.hp["ca_lr"],',
+             'self.align(self.head, self.instructed, self.hp["ca_lr"] * self.lr_scale,',
+             ("tests/test_ptm_methods_fidelity.py::test_hide_prompt_scales_its_learning_rates_by_the_batch_size",)),
+    Mutation("hide-configs-ignored", "methods/hide_prompt.py",
+             'self.hp.update(CONFIGS.get(self.hp["config"], {}))', "pass",
+             ("tests/test_ptm_methods_fidelity.py::test_hide_prompt_configs_are_the_authors_scripts",)),
+    Mutation("hide-cub-keeps-the-tenth-classifier-lr", "methods/hide_prompt.py",
+             '"tii_lr": 0.01, "head_lr_scale": 1.0}', '"tii_lr": 0.01, "head_lr_scale": 0.1}',
+             ("tests/test_ptm_methods_fidelity.py::test_hide_prompt_configs_are_the_authors_scripts",)),
 )
 
 

@@ -324,3 +324,4 @@ def test_podnet_embeds_before_the_last_relu_and_other_methods_after_it():
         for net in (post, er):
             s, _ = _last_block_by_hand(net, x)
             torch.testing.assert_close(net(x), F.relu(s).mean((2, 3)), rtol=1e-5, atol=1e-6)
+

@@ -80,7 +80,7 @@ def test_lae_first_task_predicts_with_the_online_model_alone(data):
 
 
 # ------------------------------------------------------------------------------------- HiDe-Prompt
-HIDE = dict(lr=0.01, layers="0-1", prompt_length=4, ca_epochs=0, prompt_momentum=0.0)
+HIDE = dict(lr=0.01, layers="0-1", prompt_length=4, ca_epochs=0, prompt_momentum=0.0, scale_lr=False)   # lrs as given
 
 
 def test_hide_prompt_new_e_prompt_is_the_previous_tasks(data):
@@ -98,25 +98,26 @@ def test_hide_prompt_new_e_prompt_is_the_previous_tasks(data):
 
 
 def test_hide_prompt_task_inference_trains_apart_at_its_own_learning_rate(data):
-    """The TII stage is a separate run at lr 0.0005 x 24 / 256 (Adam). One step of Adam moves every
-    weight with a gradient by lr · g / (|g| + eps) = ± lr: the step size is the lr itself."""
+    """The TII stage is a separate run at lr 0.0005 (x batch / 256 unless scale_lr is off; Adam). One step
+    of Adam moves every weight with a gradient by lr · g / (|g| + eps) = ± lr: the step size is the lr."""
     tasks, trains, _ = data
     one_step = clh.Experience(trains[0], tasks[0], None, 64, 0)        # 48 images: one batch, one step
-    for hp, lr in (({}, 0.0005 * 24 / 256), ({"tii_lr": 1e-3}, 1e-3)):
+    for hp, lr in (({}, 0.0005), ({"tii_lr": 1e-3}, 1e-3)):
         method = METHODS["hide_prompt"](context(epochs=1), **HIDE, **hp)
         before = method.tii_head.weight.detach().clone()
         method.learn(one_step)
         step = (method.tii_head.weight.detach() - before).abs()
         assert step[:2].max().item() == pytest.approx(lr, rel=1e-3)     # the task's two classes' rows
         assert step[2:].max().item() == 0                                 # masked classes: no gradient
-    assert METHODS["hide_prompt"].hparams["reg"].default == 0.1          # the authors' CIFAR-100 script
+    assert METHODS["hide_prompt"].hparams["reg"].default == 0.5          # the authors' ImageNet-R script
     trainer = Trainer.for_method(method, [method.e_prompts])
     assert trainer.clip_grad == 1.0                                       # --clip-grad 1.0
 
 
 def test_hide_prompt_alignment_samples_per_class_and_learning_rates(data, monkeypatch):
-    """TII alignment (hide_tii_engine): batch_size = 24 samples per class, SGD at ca_lr scaled by
-    24 / 256; TAP (hide_promtp_wtp_and_tap_engine): batch_size x 5 = 120 per class, ca_lr 0.005."""
+    """TII alignment (hide_tii_engine): batch_size = 24 samples per class, SGD at ca_lr (scaled by
+    batch / 256 unless scale_lr is off); TAP (hide_promtp_wtp_and_tap_engine): batch_size x 5 = 120 per
+    class, ca_lr 0.005 (never scaled)."""
     from clharness_methods.hide_prompt import ClassGaussians
     exps = experiences(data)
     method = METHODS["hide_prompt"](context(epochs=1), **{**HIDE, "ca_epochs": 1})
@@ -136,7 +137,7 @@ def test_hide_prompt_alignment_samples_per_class_and_learning_rates(data, monkey
     assert draws == [] and lrs == []                                      # nothing to align after task 1
     method.learn(exps[1])
     assert draws == [("tii", 24), ("tap", 120)]
-    assert lrs == pytest.approx([0.005 * 24 / 256, 0.005])
+    assert lrs == pytest.approx([0.005, 0.005])
     # the knobs: each stage draws its own count at its own lr
     method = METHODS["hide_prompt"](context(epochs=1), **{**HIDE, "ca_epochs": 1}, tii_samples_per_class=7,
                                     samples_per_class=9, tii_ca_lr=0.002, ca_lr=0.003)
@@ -144,6 +145,47 @@ def test_hide_prompt_alignment_samples_per_class_and_learning_rates(data, monkey
     for exp in exps[:2]:
         method.learn(exp)
     assert draws == [("tii", 7), ("tap", 9)] and lrs == pytest.approx([0.002, 0.003])
+
+
+# --- HiDe-Prompt: every stage's lr x the run's batch size / 256, per-dataset script configs ---------------
+
+@pytest.mark.parametrize("batch", [16, 64])
+def test_hide_prompt_scales_its_learning_rates_by_the_batch_size(data, batch, monkeypatch):
+    """thu-ml/HiDe-Prompt trainers/tii_trainer.py:75-80 and hideprompt_trainer.py:101-105 (--unscale_lr on:
+    the per-device batch): lr, the TII lr and the TII alignment's ca_lr are multiplied by batch / 256; TAP's
+    ca_lr is not. Adam's first step moves a weight with a gradient by its lr exactly."""
+    exps = [clh.Experience(e.data, e.classes, None, batch, e.seed) for e in experiences(data)]
+    ctx_ = context(epochs=1)
+    ctx_ = clh.Context(ctx_.setting, ctx_.num_classes, ctx_.input_shape, seed=0, epochs=1, batch_size=batch,
+                       memory_size=24, backbone_factory=ctx_.backbone_factory)
+    hide = METHODS["hide_prompt"](ctx_, layers="0-1", prompt_length=4, ca_epochs=1, prompt_momentum=0.0)
+    s = batch / 256
+    sgd_lrs, real_sgd = [], torch.optim.SGD
+    monkeypatch.setattr(torch.optim, "SGD", lambda params, lr, **kw: sgd_lrs.append(lr) or real_sgd(params, lr=lr, **kw))
+    trainers, real = [], Trainer.for_method
+    monkeypatch.setattr(Trainer, "for_method", classmethod(lambda cls, m, params=None, **o: trainers.append(
+        real.__func__(cls, m, params, **o)) or trainers[-1]))
+    hide.learn(exps[0])
+    hide.learn(exps[1])
+    wtp, tii = trainers[0].optimizer.param_groups, trainers[1].optimizer.param_groups
+    assert [g["lr"] for g in wtp] == pytest.approx([0.03 * s, 0.003 * s])      # prompts, classifier at 0.1 lr
+    assert tii[0]["lr"] == pytest.approx(0.0005 * s)
+    assert sgd_lrs == pytest.approx([0.005 * s, 0.005])                         # TII alignment scaled, TAP not
+
+
+@pytest.mark.parametrize("config, expected", [
+    ("cifar100", {"prompt_length": 5, "reg": 0.1, "tii_lr": 0.0005, "head_lr_scale": 0.1}),
+    ("imr", {"prompt_length": 20, "reg": 0.5, "tii_lr": 0.0005, "head_lr_scale": 0.1}),
+    ("cub", {"prompt_length": 20, "reg": 0.01, "tii_lr": 0.01, "head_lr_scale": 1.0}),
+    ("custom", {"prompt_length": 20, "reg": 0.5, "tii_lr": 0.0005, "head_lr_scale": 0.1})])
+def test_hide_prompt_configs_are_the_authors_scripts(config, expected):
+    """training_scripts/train_cifar100_vit.sh: --length 5 --reg 0.1, TII --lr 0.0005, --larger_prompt_lr;
+    train_imr_vit.sh: --length 20 --reg 0.5, 0.0005, --larger_prompt_lr; train_cub_vit.sh: --length 20
+    --reg 0.01, TII --lr 0.01, no --larger_prompt_lr (one lr for prompts and classifier). The default
+    (custom) is the ImageNet-R script's."""
+    hide = METHODS["hide_prompt"](context(epochs=1), config=config, layers="0-1")
+    assert {k: hide.hp[k] for k in expected} == expected
+    assert hide.e_prompts.shape[3] == expected["prompt_length"]
 
 
 # ------------------------------------------------------------------------------- L2P and DualPrompt

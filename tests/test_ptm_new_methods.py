@@ -251,7 +251,7 @@ def test_pgp_prompt_and_key_gradients_are_orthogonal_to_the_stored_subspaces(dat
     assert method.memory_report().tensor_elements - plain.tensor_elements == extra   # the bases are counted
 
 
-HIDE = dict(lr=0.01, layers="0-1", prompt_length=4, ca_epochs=5, samples_per_class=16)
+HIDE = dict(lr=0.01, layers="0-1", prompt_length=4, ca_epochs=5, samples_per_class=16, scale_lr=False)
 
 
 def test_hide_prompt_infers_the_task_from_stored_statistics_only(data):
