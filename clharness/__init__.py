@@ -16,7 +16,8 @@ _LAZY = {
     "Choice": "hparams", "Float": "hparams", "Int": "hparams", "HParamError": "hparams",
     "Batch": "method", "Classifier": "method", "Context": "method", "Diverged": "method",
     "Experience": "method", "MemoryReport": "method", "Method": "method", "MethodError": "method",
-    "Setting": "method", "Harness": "plugins", "Kind": "kinds", "Registry": "registry", "RegistryError": "registry",
+    "Setting": "method", "Harness": "plugins", "Kind": "kinds", "Family": "kinds", "Scenario": "kinds", "Task": "kinds",
+    "ScenarioError": "kinds", "Registry": "registry", "RegistryError": "registry",
     "run": "engine.api", "load_case": "engine.api", "Records": "engine.api", "LoadedCase": "engine.api",
 }
 

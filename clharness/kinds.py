@@ -1,50 +1,142 @@
-"""Benchmark families ("scenario kinds"): the registry that ``clharness_add_kinds`` fills.
+"""Benchmark families ("scenario kinds"): the family contract (``Family``) and the registry that
+``clharness_add_kinds`` fills.
 
-A suite's ``kind = "stf"`` names a kind. The five built-in kinds (split, stf, curriculum, gtep,
-cldyb) live in ``clharness.benchmarks`` and register through the same hook an outside package uses:
+A suite's ``kind = "stf"`` names a kind. The six built-in families (split, stf, curriculum, gtep, cldyb,
+domain) live in ``clharness.benchmarks`` and register through the same hook an outside package uses:
 
     @clharness.hookimpl
     def clharness_add_kinds(registry):
-        registry.add(clharness.Kind("domain-il", "my_package.domain_il"))   # a module name or the module
+        registry.add(clharness.Kind("domain-il", "my_package.domain_il"))   # a module, its name, or a Family
 
-A kind is a module (imported on first use: most need torch) that defines
-    OPTIONS: dict[str, tuple[type | tuple[type, ...], default]]   its own scenario keys
-    build(spec, source, seed, device, data_root, download) -> Scenario (or a protocol object)
-and optionally
-    MULTI_DATASET = True      build receives the dataset registry instead of one source
-    check(spec)               raise ValueError on values out of range (shown with file and table)
-    collect(node, suite, spec, methods, seeds)   its own pytest items (multi-run protocols)
-    terminal_summary(session, terminalreporter)  its section at session end
-    write_scorecard(path, records, harness)      its section in --clh-scorecard files
-    report_sections(records, fmt, harness) -> [(title, text)]   its sections in `clharness report`
-                              (``harness()`` builds the plugin registries on first call)
-    html_sections(records, harness) -> [(title, html)]   its sections in the HTML report
-    page_html_sections(records, page, harness) -> [(title, html)]   instead of html_sections where a
-                              suite's section needs runs of other suites of the page (``page``: every
-                              record of the page, in page order; M2I pairs an ``m2i`` with an ``i2m`` suite)
-    split_scenario(name) -> (scenario, phase, k) | None   scenario names that are phases of one scenario
-    preset_seeds(presets, suite) -> int | None   the seeds a ``--clh-preset FAMILY:NAME`` of the kind
-                              asks of ``suite`` (STF's Table 1: 20 runs); None: not its preset or suite
-    PSEUDO_METHODS = (...)    method names of its records that are protocol steps, not methods (CLDyB's
-                              sequence search): left out of comparisons between methods
+Every hook a family may define is a member of ``Family`` below, with its type, default and meaning;
+a family is a ``Family`` subclass instance or a module defining some of those names (``ModuleFamily``
+reads them once). The engine and the front ends call a family only through ``family(kind)``.
 A kind's ``cli`` module (optional, kept light: no torch) adds its ``clharness`` subcommands:
     add_commands(subparsers) -> {command: run(args) -> exit code}
-Keys of a [[scenario]] table outside the common ones go to ``spec.options`` and are checked
-against the kind's OPTIONS with the same errors as the common keys.
+docs/families.md shows the smallest complete family.
 """
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Any, Callable
 
 from .registry import Registry
 
-BUILTIN_KINDS = "clharness.benchmarks"
+BUILTIN_KINDS = "clharness.benchmarks"   # the plugin module of the built-in families
 
 
 class ScenarioError(ValueError):
-    """A scenario that a family cannot build from its dataset (raised by a family's ``build``)."""   # the plugin module of the five built-in families
+    """A scenario that a family cannot build from its dataset (raised by a family's ``build``)."""
+
+
+@dataclass
+class Task:
+    classes: tuple[int, ...]         # global ids (positions in the class order)
+    train: object                    # TensorData / StreamData: handed to the method
+    test: object                     # kept by the runner, never handed to the method
+    val: object | None = None        # carved from train when the scenario asks for it
+
+
+@dataclass
+class Scenario:
+    spec: Any                        # engine.suites.ScenarioSpec
+    seed: int
+    setting: Any                     # clharness.Setting
+    tasks: list[Task]
+    class_names: list[str]           # class_names[g] = name of global id g
+    input_shape: tuple[int, int, int]
+    dataset: str                     # identity of the dataset (name and options)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def experience(self, t: int) -> "Experience":
+        """What the method may see of task t: its train data and classes, the id only in task-IL."""
+        from .method import Experience, Setting   # torch-backed: imported when a scenario runs
+        task = self.tasks[t]
+        return Experience(data=task.train, classes=task.classes,
+                          task_id=t if self.setting is Setting.TASK_IL else None,
+                          batch_size=self.spec.batch_size, seed=self.seed * 1000 + t)
+
+
+class Family:
+    """The family contract: every hook a benchmark family may define. ``build`` is required; every other
+    hook has the default below (a family without it behaves as a plain one). Subclass it, or write a
+    module with the same names (``ModuleFamily``)."""
+
+    #: its own scenario keys, beside the common ones: key -> (type or types, default); a suite's other keys
+    #: go to ``spec.options`` and are checked against it (file:line, did-you-mean)
+    OPTIONS: dict[str, tuple[Any, Any]] = {}
+    #: keys added after records were stored: key -> default; left out of record keys while at the default
+    LATER_OPTIONS: dict[str, Any] = {}
+    #: True: ``build`` receives the dataset registry instead of one dataset source (curricula, pools)
+    MULTI_DATASET: bool = False
+    #: True: a family with ``collect`` that still applies a scenario's ``select_hparams`` itself
+    SELECTS_HPARAMS: bool = False
+    #: method names of its records that are protocol steps, not methods (left out of comparisons)
+    PSEUDO_METHODS: tuple[str, ...] = ()
+    #: ``collect(session, suite, spec, methods, seeds) -> [engine.units.Unit]``: its own units (multi-run
+    #: protocols: GTEP's phases, CLDyB's search). None: one plain case per method and seed
+    collect: Callable | None = None
+    #: ``page_html_sections(records, page, harness) -> [(title, html)]``: instead of ``html_sections`` where
+    #: its section needs runs of other suites of the page (M2I pairs an m2i suite with an i2m one). None: unused
+    page_html_sections: Callable | None = None
+
+    def build(self, spec, source, seed: int, device, data_root=None, download: bool = False):
+        """The scenario of ``spec`` for one seed (an ``engine.scenario.Scenario``, or an object with its
+        own ``protocol``); ``source``: the dataset source (the registry when MULTI_DATASET)."""
+        raise NotImplementedError(f"{type(self).__name__}: a family defines build(spec, source, seed, device, "
+                                  "data_root, download)")
+
+    def check(self, spec) -> None:
+        """Raise ValueError on option values out of range (reported with the suite file and table)."""
+
+    def terminal_summary(self, session, terminalreporter) -> None:
+        """Its section at the end of a pytest session."""
+
+    def write_scorecard(self, path, records, harness) -> None:
+        """Its section in a --clh-scorecard file."""
+
+    def report_sections(self, records, fmt: str, harness) -> list[tuple[str, str]]:
+        """Its sections of ``clharness report`` as (title, text); ``harness()`` builds the registries."""
+        return []
+
+    def html_sections(self, records, harness) -> list[tuple[str, str]]:
+        """Its sections of the HTML report as (title, html)."""
+        return []
+
+    def split_scenario(self, name: str) -> tuple[str, str, int | None] | None:
+        """``(scenario, phase, k)`` where its record scenario names are phases of one scenario (GTEP's X:eval)."""
+        return None
+
+    def preset_seeds(self, presets: list[str], suite) -> int | None:
+        """The seeds one of its ``--clh-preset FAMILY:NAME`` asks of ``suite`` (STF's Table 1: 20); None: not its."""
+        return None
+
+
+HOOKS = tuple(name for name in vars(Family) if not name.startswith("_"))
+
+
+class ModuleFamily(Family):
+    """A family written as a module (the built-in ones are): each hook it defines at module level replaces
+    Family's default, read once here."""
+
+    def __init__(self, module: ModuleType):
+        self.module = module
+        for name in HOOKS:
+            if name in vars(module):
+                setattr(self, name, vars(module)[name])
+        if "build" not in vars(module):
+            raise TypeError(f"kind module {module.__name__}: a family defines build(spec, source, seed, device, "
+                            "data_root, download); see clharness.kinds.Family")
+
+    @property
+    def file(self) -> str | None:
+        return getattr(self.module, "__file__", None)
 
 
 @dataclass(frozen=True)
@@ -56,14 +148,29 @@ class Kind:
     cli: str | ModuleType | None = None
 
     def load(self) -> ModuleType:
+        """The module implementing it (for a Family instance: the module defining its class)."""
+        if isinstance(self.module, Family):
+            return importlib.import_module(type(self.module).__module__)
         return _module(self.module)
+
+    def family(self) -> Family:
+        """Its hooks through the contract (a Family instance as given, a module read by ModuleFamily)."""
+        if isinstance(self.module, Family):
+            return self.module
+        key = self.where
+        if key not in _FAMILIES:
+            _FAMILIES[key] = ModuleFamily(self.load())
+        return _FAMILIES[key]
 
     @property
     def where(self) -> str:
+        if isinstance(self.module, Family):
+            return f"{type(self.module).__module__}.{type(self.module).__qualname__}"
         return self.module if isinstance(self.module, str) else self.module.__name__
 
 
 _active: Registry | None = None
+_FAMILIES: dict[str, Family] = {}
 
 
 def install(registry: Registry) -> None:
@@ -89,20 +196,31 @@ def names() -> tuple[str, ...]:
     return tuple(e.name for e in registry().entries())
 
 
+def family(kind: str) -> Family:
+    """The family of ``kind``, through the contract."""
+    return registry()[kind].family()
+
+
+def families() -> list[Family]:
+    return [e.obj.family() for e in registry().entries()]
+
+
+def family_file(kind: str) -> str | None:
+    """The source file of ``kind``'s family (its folder's code enters record keys: engine.code_identity)."""
+    fam = family(kind)
+    return fam.file if isinstance(fam, ModuleFamily) else importlib.import_module(type(fam).__module__).__file__
+
+
 def kind_module(kind: str) -> ModuleType:
-    """The module that builds scenarios of ``kind``."""
-    return registry()[kind].load()
-
-
-def kind_modules() -> list[ModuleType]:
-    return [e.obj.load() for e in registry().entries()]
+    """The module that implements ``kind`` (for a Family instance: the module defining its class)."""
+    fam = family(kind)
+    return fam.module if isinstance(fam, ModuleFamily) else importlib.import_module(type(fam).__module__)
 
 
 def split_scenario(name: str):
     """``(scenario, phase, k)`` where a kind names runs of one scenario's phases (GTEP's ``X:eval``), else None."""
-    for module in kind_modules():
-        split = getattr(module, "split_scenario", None)
-        parsed = split(name) if split is not None else None
+    for fam in families():
+        parsed = fam.split_scenario(name)
         if parsed is not None:
             return parsed
     return None
@@ -110,7 +228,7 @@ def split_scenario(name: str):
 
 def pseudo_methods() -> frozenset[str]:
     """Every kind's ``PSEUDO_METHODS``: record method names that are protocol steps, not methods."""
-    return frozenset(name for module in kind_modules() for name in getattr(module, "PSEUDO_METHODS", ()))
+    return frozenset(name for fam in families() for name in fam.PSEUDO_METHODS)
 
 
 def preset_seeds(presets, suite) -> int | None:
@@ -118,8 +236,7 @@ def preset_seeds(presets, suite) -> int | None:
     ``preset_seeds`` answers), or None where no preset names one (the suite's ``seeds`` then)."""
     if not presets:
         return None
-    counts = [n for module in kind_modules() if hasattr(module, "preset_seeds")
-              for n in [module.preset_seeds(list(presets), suite)] if n is not None]
+    counts = [n for fam in families() for n in [fam.preset_seeds(list(presets), suite)] if n is not None]
     return max(counts, default=None)
 
 
@@ -145,13 +262,13 @@ def report_sections(records, fmt: str, make_harness, page=None) -> list[tuple[st
         return built[0]
 
     out = []
-    for module in kind_modules():
-        if fmt == "html" and page is not None and hasattr(module, "page_html_sections"):
-            out.extend(module.page_html_sections(records, page, harness))
-        elif fmt == "html" and hasattr(module, "html_sections"):
-            out.extend(module.html_sections(records, harness))
-        elif fmt != "html" and hasattr(module, "report_sections"):
-            out.extend(module.report_sections(records, fmt, harness))
+    for fam in families():
+        if fmt == "html" and page is not None and fam.page_html_sections is not None:
+            out.extend(fam.page_html_sections(records, page, harness))
+        elif fmt == "html":
+            out.extend(fam.html_sections(records, harness))
+        else:
+            out.extend(fam.report_sections(records, fmt, harness))
     return out
 
 

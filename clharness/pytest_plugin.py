@@ -403,9 +403,8 @@ class ClhSession:
             terminalreporter.write_line(render_agreement(agreement))
         terminalreporter.write_line(f"clharness: {len(self.records)} runs, {self.reused} reused from "
                                     f"{config.getoption('clh_results')}, {len(self.records) - self.reused} run now")
-        for module in _kind_modules():   # kinds with an end-of-session section (GTEP, CLDyB)
-            if hasattr(module, "terminal_summary"):
-                module.terminal_summary(self, terminalreporter)
+        for fam in _families():   # kinds with an end-of-session section (GTEP, CLDyB)
+            fam.terminal_summary(self, terminalreporter)
 
         path = config.getoption("clh_scorecard")
         if path and not hasattr(config, "workerinput"):
@@ -422,9 +421,8 @@ class ClhSession:
         if path and not hasattr(self.config, "workerinput"):
             from .reporting.scorecard import write
             write(path, self.records)
-            for module in _kind_modules():
-                if hasattr(module, "write_scorecard"):
-                    module.write_scorecard(path, self.records, self.harness)
+            for fam in _families():
+                fam.write_scorecard(path, self.records, self.harness)
         figures = self.config.getoption("clh_figures")
         if figures and self.records and not hasattr(self.config, "workerinput"):
             from .reporting.report import write_figures
@@ -443,9 +441,9 @@ class _LazyHarness:
         return getattr(self._clh.harness, name)
 
 
-def _kind_modules():
-    from .kinds import kind_modules
-    return kind_modules()
+def _families():
+    from .kinds import families
+    return families()
 
 
 def _plugin_source(plugin, plugin_name: str) -> str:

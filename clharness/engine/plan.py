@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import outcomes
-from .suites import Suite, SuiteError, did_you_mean, kind_module, load_suite
+from ..kinds import family
+from .suites import Suite, SuiteError, did_you_mean, load_suite
 from .units import Unit, case_unit, suite_hparams
 
 
@@ -51,15 +52,15 @@ def expand(session, path: Path) -> list[Unit]:
     units: list[Unit] = []
     plain: list[Unit] = []   # the plain cases: what the suite's gates judge
     for spec in suite.scenarios:
-        module = kind_module(spec.kind)
+        fam = family(spec.kind)
         methods = chosen[spec.name]
-        if hasattr(module, "collect") or spec.select_hparams is not None:
+        if fam.collect is not None or spec.select_hparams is not None:
             several = overrides.varied(opts.hparams, methods)
             if several:
                 raise SuiteError(f"--clh-hparam: scenario {spec.name!r} (kind {spec.kind}) runs its own protocol; "
                                  f"give {', '.join(several)} one value per hyperparameter there (one session each)")
-        if hasattr(module, "collect"):   # multi-run protocols (GTEP, CLDyB) make their own units
-            units += module.collect(session, suite, spec, methods, seeds)
+        if fam.collect is not None:   # multi-run protocols (GTEP, CLDyB) make their own units
+            units += fam.collect(session, suite, spec, methods, seeds)
             continue
         if spec.select_hparams is not None:   # selection runs on the first tasks, then the full runs
             from .hparam_selection import collect as select
@@ -69,7 +70,8 @@ def expand(session, path: Path) -> list[Unit]:
             method_cls = session.harness.methods[method]
             suite_hparams(suite, method_cls)   # the suite's table checked, with its file in the message
             for tag, values in overrides.variants(opts.hparams, method):
-                hparams = resolve_hparams(method_cls, suite.hparams.get(method, {}), values)
+                hparams = resolve_hparams(method_cls, suite.hparams.get(method, {}), spec.hparams.get(method, {}),
+                                          values)
                 label = f"{method}-{tag}" if tag else method
                 for seed in range(seeds):
                     plain.append(case_unit(suite, f"{spec.name}[{label}-seed{seed}]",

@@ -44,9 +44,9 @@ def check_option(value: Any, kind: str, setting: str = "class-incremental", vali
     if kind != "cldyb" and not 0 < validation < 1:   # CLDyB requires it of its own (kind.check)
         raise ValueError(f"{KEY} scores on the first tasks' validation splits: set validation to a fraction in "
                          "(0, 1), e.g. validation = 0.2")
-    from ..kinds import kind_module
-    module = kind_module(kind)
-    if hasattr(module, "collect") and not getattr(module, "SELECTS_HPARAMS", False):
+    from ..kinds import family
+    fam = family(kind)
+    if fam.collect is not None and not fam.SELECTS_HPARAMS:
         raise ValueError(f"{KEY}: kind {kind!r} makes its own items and does not apply {KEY}"
                          + (" (GTEP tunes in its own phase: use its configurations and search keys)" if kind == "gtep"
                             else " (its module would declare SELECTS_HPARAMS = True)"))

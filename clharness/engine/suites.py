@@ -76,6 +76,9 @@ class ScenarioSpec:
     # the memory footprint's reading of CLDyB appendix B.4 (Method.memory_report): "trained" counts every
     # tensor that is not the pretrained encoder's own bytes; "never" leaves one live encoder out entirely
     memory_encoder: str = "trained"
+    # per-method hyperparameters of this scenario over the suite's [hparams.<method>] (van de Ven et al.'s
+    # EWC lambda and SI c differ per scenario): hparams = { ewc = { ewc_lambda = 1e9 } }
+    hparams: dict = field(default_factory=dict)
 
     @property
     def setting_enum(self):
@@ -89,12 +92,12 @@ _TYPES = {"name": str, "dataset": str, "kind": str, "setting": str, "dataset_opt
           "backbone": str, "backbone_options": dict, "image_size": list, "channels": int,
           "max_train_per_class": int, "max_test_per_class": int, "amp": bool, "augment": str,
           "first_task_train": dict, "select_hparams": dict, "normalize": str, "eval_every": int,
-          "eval_samples": int, "memory_encoder": str}
+          "eval_samples": int, "memory_encoder": str, "hparams": dict}
 SCENARIO_KEYS = tuple(f.name for f in fields(ScenarioSpec) if f.name != "options")
 # Keys added after records were first stored: left out of a run's definition (its record key)
 # while they hold these defaults, so the keys of existing runs do not change.
 LATER_KEYS = {"augment": "none", "first_task_train": None, "select_hparams": None, "normalize": "dataset",
-              "eval_every": 0, "eval_samples": 100, "memory_encoder": "trained"}
+              "eval_every": 0, "eval_samples": 100, "memory_encoder": "trained", "hparams": {}}
 # first_task_train = { epochs = 200, lr = 0.1, milestones = [60, 120, 170], lr_decay = 0.1, weight_decay = 5e-4 }
 FIRST_TASK_KEYS = {"epochs": int, "lr": (int, float), "milestones": list, "lr_decay": (int, float),
                    "weight_decay": (int, float)}
@@ -108,7 +111,7 @@ def spec_definition(spec: ScenarioSpec) -> dict[str, Any]:
         if out[key] == default:
             del out[key]
     # the same for a kind's own keys added later (its module's LATER_OPTIONS: key -> default)
-    for key, default in getattr(kind_module(spec.kind), "LATER_OPTIONS", {}).items():
+    for key, default in kinds.family(spec.kind).LATER_OPTIONS.items():
         if key in out["options"] and out["options"][key] == default:
             del out["options"][key]
     return out
@@ -277,8 +280,8 @@ def _check_kind(path, where, layers: list[tuple[str, dict]]) -> ScenarioSpec:
     if kind not in kinds.registry():
         raise SuiteError(f"{path}: {where}: kind = {kind!r}; allowed values: {', '.join(kinds.names())} "
                          "(more come from plugins implementing clharness_add_kinds)")
-    module = kind_module(kind) if kind != "split" else None
-    allowed = getattr(module, "OPTIONS", {})
+    fam = kinds.family(kind) if kind != "split" else None
+    allowed = fam.OPTIONS if fam is not None else {}
     for label, layer in layers:
         _check_keys(path, label, {k: v for k, v in layer.items() if k in extra}, [*SCENARIO_KEYS, *allowed])
     _check_scenario_table(path, where, common)
@@ -287,10 +290,13 @@ def _check_kind(path, where, layers: list[tuple[str, dict]]) -> ScenarioSpec:
         _check_type(path, where, key, value, allowed[key][0])
         options[key] = value
     spec = ScenarioSpec(**common, options=options)
-    if module is None:
+    if not all(isinstance(table, dict) for table in spec.hparams.values()):
+        raise SuiteError(f"{path}: {where}: hparams = {spec.hparams!r} must map method names to tables, "
+                         "e.g. hparams = { ewc = { ewc_lambda = 1e9 } }")
+    if fam is None:
         return _check_split(path, where, spec)
     try:
-        getattr(module, "check", lambda spec: None)(spec)
+        fam.check(spec)
     except ValueError as exc:
         raise SuiteError(f"{path}: {where}: {exc}") from None
     return spec

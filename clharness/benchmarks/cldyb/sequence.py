@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from ...method import Setting
-from ...engine.scenario import Scenario, Task
+from ...kinds import Scenario, Task
 from .pool import DataPool, PoolError
 
 FORMAT = "clharness-cldyb-sequence"

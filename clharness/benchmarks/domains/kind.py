@@ -8,6 +8,10 @@ the task identity is never given, one head covers the classes (``setting = "doma
   the run's seed;
 - ``"rotate"``: Rotated MNIST (Lopez-Paz and Ranzato 2017): task t rotated by ``angles[t]`` degrees
   (default: evenly spaced from 0 to 180 over the tasks, first 0);
+- ``"split"``: domain-incremental Split MNIST (van de Ven et al. 2022): the dataset's classes in ``tasks``
+  consecutive groups of the class order (``class_order``: "seed" shuffles it per seed as their
+  data/load.py does, "fixed" keeps the dataset's), task t holds group t relabelled 0..k-1, so one head
+  of k outputs answers "which class of its task" without the task id;
 - ``"datasets"``: one dataset source per task (``domains = [{ dataset = "domainnet", options = { domain =
   "clipart" } }, ...]``, or CORe50's sessions): every domain must have the same classes.
 Each task's test data carries its own domain, so R[i][j] is accuracy on domain j after domain i: the
@@ -22,14 +26,14 @@ import numpy as np
 import torch
 
 from ...data import ArrayDataset, load_split
-from ...engine.scenario import Scenario, ScenarioError, Task
+from ...kinds import Scenario, ScenarioError, Task
 from ...engine.suites import ScenarioSpec
 from ...method import Setting
 from ...toolkit import augment
 from ...data.subsets import normalization, on_device, per_class_index
 
 MULTI_DATASET = True
-SHIFTS = ("permute", "rotate", "datasets")
+SHIFTS = ("permute", "rotate", "split", "datasets")
 
 OPTIONS = {
     "shift": (str, "permute"),
@@ -82,6 +86,14 @@ def _shifted(ds: ArrayDataset, shift: str, t: int, seed: int, angle: float) -> A
     return ArrayDataset(images, ds.labels, ds.classes, ds.name)
 
 
+def _group(ds: ArrayDataset, t: int, k: int, rank: torch.Tensor, classes: list[str]) -> ArrayDataset:
+    """Task t of the "split" shift: the classes at positions t*k .. t*k+k-1 of the class order
+    (``rank[c]``: class c's position), relabelled 0..k-1 by position."""
+    position = rank[ds.labels]
+    index = ((position >= t * k) & (position < (t + 1) * k)).nonzero().flatten()
+    return ArrayDataset(ds.images[index], position[index] - t * k, classes, ds.name)
+
+
 def build(spec: ScenarioSpec, datasets, seed: int, device: torch.device, data_root: Path | None = None,
           download: bool = False) -> Scenario:
     o = spec.options
@@ -103,10 +115,24 @@ def build(spec: ScenarioSpec, datasets, seed: int, device: torch.device, data_ro
             raise ScenarioError(f"scenario {spec.name!r}: shift = {o['shift']!r} transforms images in memory; "
                                 f"dataset {spec.dataset!r} is read from files (use in_memory = true)")
         angles = o["angles"] or [180.0 * t / (spec.tasks - 1) for t in range(spec.tasks)]
-        splits = [(_shifted(train, o["shift"], t, seed, angles[t]), _shifted(test, o["shift"], t, seed, angles[t]))
-                  for t in range(spec.tasks)]
-        classes = list(train.classes)
-        identity = f"{source.identity()}~{o['shift']}" + (f"{angles}" if o["shift"] == "rotate" else "")
+        if o["shift"] == "split":
+            k, rest = divmod(len(train.classes), spec.tasks)
+            if rest:
+                raise ScenarioError(f"scenario {spec.name!r}: shift = \"split\" needs tasks to divide the "
+                                    f"{len(train.classes)} classes of {spec.dataset!r}; tasks = {spec.tasks}")
+            order = (np.random.default_rng([seed, 5]).permutation(len(train.classes))
+                     if spec.class_order == "seed" else np.arange(len(train.classes)))
+            rank = torch.empty(len(order), dtype=torch.long)
+            rank[torch.from_numpy(order)] = torch.arange(len(order))
+            # class j of the shared head: the j-th class of every task, e.g. "T-shirt/top|Pullover|..."
+            names = ["|".join(train.classes[order[t * k + j]] for t in range(spec.tasks)) for j in range(k)]
+            splits = [(_group(train, t, k, rank, names), _group(test, t, k, rank, names)) for t in range(spec.tasks)]
+        else:
+            splits = [(_shifted(train, o["shift"], t, seed, angles[t]),
+                       _shifted(test, o["shift"], t, seed, angles[t])) for t in range(spec.tasks)]
+        classes = list(splits[0][0].classes)
+        identity = f"{source.identity()}~{o['shift']}" + (f"{angles}" if o["shift"] == "rotate" else "") \
+            + (f"{spec.tasks}" if o["shift"] == "split" else "")
     mean, std = normalization(spec, splits[0][0])
     wrap = on_device(device, mean, std, tuple(spec.image_size) if spec.image_size else None, spec.channels,
                     augment.get(spec.augment))

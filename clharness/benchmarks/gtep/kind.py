@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ...data import DatasetSource, load_split
-from ...engine.scenario import ScenarioError
+from ...kinds import ScenarioError
 from ..splits import kind as splits
 from . import protocol as gtep
 

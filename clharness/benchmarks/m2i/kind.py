@@ -55,7 +55,7 @@ from ...toolkit import augment
 from ...data import ArrayDataset, DatasetMissing, TensorData, load_split
 from ...method import Setting
 from ...engine.suites import ScenarioSpec
-from ...engine.scenario import Scenario, ScenarioError, Task
+from ...kinds import Scenario, ScenarioError, Task
 from ...data.subsets import normalization
 from .names import CURRICULA, SHARED_SEP
 

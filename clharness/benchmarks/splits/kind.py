@@ -15,7 +15,7 @@ from ...toolkit import augment
 from ...data import DatasetSource, load_split
 from ...data.subsets import normalization, on_device, per_class_index, relabel
 from ...method import Setting
-from ...engine.scenario import Scenario, ScenarioError, Task
+from ...kinds import Scenario, ScenarioError, Task
 from ...engine.suites import ScenarioSpec
 
 

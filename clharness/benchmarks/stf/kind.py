@@ -36,7 +36,7 @@ from ...data import DatasetSource, load_split
 from ...method import Batch, Setting
 from ...toolkit.training import listen_to_losses
 from ...engine.suites import ScenarioSpec
-from ...engine.scenario import ScenarioError
+from ...kinds import ScenarioError
 from ...data.subsets import normalization, on_device, per_class_index, relabel
 
 OPTIONS = {
