@@ -185,7 +185,8 @@ def load_case(suite: str | Path, scenario: str, method: str, seed: int = 0, quic
                          f"its scenarios: {', '.join(specs)}")
     method_cls = harness.methods[method]
     case = Case(loaded.name, specs[scenario], method, seed,
-                resolve_hparams(method_cls, loaded.hparams.get(method, {}), hparams or {}))
+                resolve_hparams(method_cls, loaded.hparams.get(method, {}),
+                                specs[scenario].hparams.get(method, {}), hparams or {}))
     seed_everything(seed)
     built = case.build_scenario(harness.datasets, session.device, Path(data_root) if data_root else None, download)
     context = make_context(case, built, harness, session.device)
