@@ -3,11 +3,19 @@ learning with A-GEM")."""
 import torch
 
 import clharness as clh
-from clharness.toolkit.gradient_projection import GradientEpisodicMethod, agem_project
+from clharness.hparams import Int
+from clharness.toolkit.gradient_projection import GradientEpisodicMethod, RingMemory, TaskMemory, agem_project
+from clharness.toolkit.training import optimizer_space
 
 
 class AGEM(GradientEpisodicMethod):
-    """Keeps ``patterns_per_task`` samples of every finished task. Each step computes the reference
+    """As the authors' code (facebookresearch/agem ``conv_split_cifar.py``, run by
+    ``replicate_results_iclr19.sh``): plain SGD at lr 0.03 (the script's A-GEM lr on CIFAR, ``OPTIM='SGD'``),
+    and an episodic memory of ``per_class`` = 13 samples per class (``SAMPLES_PER_CLASS``) written during
+    training (``memory = "ring"``, ``RingMemory``): each trained batch's samples overwrite their class's
+    oldest slot, so a finished task leaves the last 13 samples of each of its classes.
+    ``memory = "per-task"``: ``patterns_per_task`` random samples of each task stored after it
+    (Avalanche's ``AGEMPlugin``, which the M2I suites run). Each step computes the reference
     gradient g_ref on ``sample_size`` samples drawn without replacement from the whole memory (all of it
     while it holds fewer) and, where the current gradient g conflicts with it (g . g_ref < 0), steps
     along g projected as in eq. 11.
@@ -25,14 +33,32 @@ class AGEM(GradientEpisodicMethod):
     and five stored tasks the reference batch has 60 rows. Deliberate difference: each step draws afresh
     (Avalanche's infinite loader walks a shuffled pass through each task's memory)."""
     name = "agem"
-    version = "2"   # 2: sample_size default 256 (the authors' code), was 1300 (M2I Table 9)
+    # 2: sample_size default 256 (the authors' code), was 1300 (M2I Table 9). The authors' SGD at 0.03 and
+    # ring memory came as new defaults of new hyperparameters (in the key): memory="per-task" runs are unchanged
+    version = "2"
     paper = ("Chaudhry, Ranzato, Rohrbach & Elhoseiny, Efficient Lifelong Learning with A-GEM, "
              "ICLR 2019")
     reference = "facebookresearch/agem: conv_split_cifar.py"
-    deviations = ()
-    hparams = {**GradientEpisodicMethod.hparams, "sample_size": clh.Int(1, 100000, default=256),
+    deviations = ("memory='ring' (default): the authors' per-class ring (conv_split_cifar.py:430-438), raw views "
+                  "stored; slots a class never filled are left out (the code keeps zero images with zero "
+                  "labels); memory='per-task': Avalanche's patterns_per_task random samples after each task",
+                  "epochs and batch size are the suite's (replicate_results_iclr19.sh: one epoch, batch 10)")
+    hparams = {**optimizer_space(lr=0.03),                 # replicate_results_iclr19.sh: SGD, A-GEM lr 0.03
+               "memory": clh.Choice(["ring", "per-task"]),
+               "per_class": Int(1, 10000, default=13, when={"memory": ["ring"]}),   # SAMPLES_PER_CLASS
+               "patterns_per_task": Int(1, 10000, default=256, when={"memory": ["per-task"]}),
+               "sample_size": clh.Int(1, 100000, default=256),
                "sampling": clh.Choice(["uniform", "per-task"])}
-    later_hparams = {"sampling": "uniform"}   # added later: stored runs keep their keys
+    later_hparams = {"sampling": "uniform", "memory": "per-task"}   # added later: stored runs keep their keys
+
+    @property
+    def writes_during_training(self) -> bool:
+        return self.hp["memory"] == "ring"
+
+    def make_memory(self) -> TaskMemory:
+        if self.hp["memory"] == "ring":
+            return RingMemory(self.hp["per_class"], seed=self.context.seed)
+        return TaskMemory(self.hp["patterns_per_task"], seed=self.context.seed)
 
     def memory_batches(self):
         if self.hp["sampling"] == "per-task":

@@ -771,6 +771,16 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("hide-cub-keeps-the-tenth-classifier-lr", "methods/hide_prompt.py",
              '"tii_lr": 0.01, "head_lr_scale": 1.0}', '"tii_lr": 0.01, "head_lr_scale": 0.1}',
              ("tests/test_ptm_methods_fidelity.py::test_hide_prompt_configs_are_the_authors_scripts",)),
+    Mutation("agem-ring-restarts-at-slot-0", "clharness/toolkit/gradient_projection.py",
+             "pos = (count + torch.arange(len(rows), device=x.device)) % m",
+             "pos = torch.arange(len(rows), device=x.device) % m",
+             ("tests/test_knobs.py::test_agem_ring_memory_keeps_the_last_samples_of_each_class_written_during_training",)),
+    Mutation("agem-ring-stores-the-augmented-view", "clharness/toolkit/gradient_projection.py",
+             "self.memory.write(seen, y)", "self.memory.write(x, y)",
+             ("tests/test_knobs.py::test_agem_ring_memory_keeps_the_last_samples_of_each_class_written_during_training",)),
+    Mutation("agem-momentum-sgd-at-0.01", "methods/agem.py",
+             "**optimizer_space(lr=0.03),", "**optimizer_space(lr=0.01, momentum=0.9),",
+             ("tests/test_knobs.py::test_agem_defaults_are_the_authors_plain_sgd_and_ring_memory",)),
 )
 
 

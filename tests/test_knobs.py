@@ -325,3 +325,48 @@ def test_podnet_embeds_before_the_last_relu_and_other_methods_after_it():
             s, _ = _last_block_by_hand(net, x)
             torch.testing.assert_close(net(x), F.relu(s).mean((2, 3)), rtol=1e-5, atol=1e-6)
 
+
+
+# --- A-GEM: the authors' defaults (facebookresearch/agem) -------------------------------------------------
+
+def test_agem_defaults_are_the_authors_plain_sgd_and_ring_memory():
+    """replicate_results_iclr19.sh (CIFAR): OPTIM='SGD', A-GEM lr 0.03; conv_split_cifar.py: SAMPLES_PER_CLASS
+    13, EPS_MEM_BATCH_SIZE 256."""
+    torch.manual_seed(0)
+    agem = METHODS["agem"](ctx())
+    assert {k: agem.hp[k] for k in ("optimizer", "lr", "momentum", "memory", "per_class", "sample_size")} == \
+        {"optimizer": "sgd", "lr": 0.03, "momentum": 0.0, "memory": "ring", "per_class": 13, "sample_size": 256}
+
+
+def test_agem_ring_memory_keeps_the_last_samples_of_each_class_written_during_training():
+    """conv_split_cifar.py:430-438: after each step the batch's samples go to their class's next slot
+    (count_cls[c] = (count_cls[c] + 1) % mem_size); the task's memory is read from the next task on.
+    Here 3 slots a class; the task's 8 samples come in the order 0, 1, 0, 1, ... (batches of 4), so
+    class 0 keeps samples 2, 4, 6 and class 1 samples 3, 5, 7 (the raw views, not the trained ones)."""
+    torch.manual_seed(0)
+    agem = METHODS["agem"](ctx(num_classes=4), per_class=3)
+    exp = experience([0, 1], n=8, batch_size=4, view=lambda x: x + 100.0, seed=3)
+    x_all = exp.data.x
+    refs = []
+    real = agem.memory_batches
+    agem.memory_batches = lambda: refs.append(len(agem.memory)) or real()
+    agem.learn(exp)
+    assert refs == []                                          # nothing read while the first task trains
+    (mx, my), = agem.memory.tasks
+    for c, rows in ((0, [2, 4, 6]), (1, [3, 5, 7])):
+        got = sorted(mx[my == c].flatten(1).tolist())
+        assert got == sorted(x_all[rows].flatten(1).tolist())
+    agem.learn(experience([2, 3], n=8, batch_size=4, seed=4))
+    assert refs == [1, 1]                                      # task 2's two steps read task 1's memory only
+    assert len(agem.memory.tasks) == 2 and len(agem.memory.tasks[1][1]) == 6
+
+
+def test_agem_ring_with_fewer_samples_than_slots_stores_what_was_written():
+    from clharness.toolkit.gradient_projection import RingMemory
+    ring = RingMemory(4, seed=0)
+    x = torch.arange(6.0).view(6, 1)
+    ring.write(x[:3], torch.tensor([5, 5, 7]))
+    ring.write(x[3:], torch.tensor([5, 5, 5]))                # class 5: 5 writes into 4 slots, the first lost
+    ring.add(None)
+    (mx, my), = ring.tasks
+    assert sorted(mx[my == 5].flatten().tolist()) == [1.0, 3.0, 4.0, 5.0] and mx[my == 7].flatten().tolist() == [2.0]

@@ -31,7 +31,7 @@ SGD = {"optimizer": "sgd", "lr": 0.001, "momentum": 0.9}   # scenarios/run_scena
 # so Avalanche 0.2.1's AGEM default ran: sample_size: int = 64 (avalanche/training/supervised/
 # strategy_wrappers.py:697), sampled sample_size // len(buffers) per experience (avalanche/training/plugins/
 # agem.py:133-136).
-AGEM = {**SGD, "patterns_per_task": 256, "sample_size": 64, "sampling": "per-task"}
+AGEM = {**SGD, "memory": "per-task", "patterns_per_task": 256, "sample_size": 64, "sampling": "per-task"}
 
 # PNN. models/model_provider.py:32-35: PNN(num_layers=args.num_layer, in_features=12288, adapter="mlp"), so
 # hidden_features_per_column = 100 (avalanche/models/pnn.py:238); SGD lr 0.001 momentum 0.9

@@ -45,6 +45,40 @@ class TaskMemory:
         return n, n * per
 
 
+class RingMemory(TaskMemory):
+    """A-GEM's episodic memory as its authors' code writes it (facebookresearch/agem
+    ``conv_split_cifar.py:430-438``): ``per_class`` slots per class, each trained batch written in as it
+    is seen, a class's sample into its next slot in turn (a ring: the oldest is overwritten), so a task
+    leaves the last ``per_class`` samples of each class it trained on. What a task wrote is read from
+    the next task on (``add`` closes it, as the code's ``episodic_filled_counter`` grows after the task).
+    Slots a class never filled are left out (the code keeps them as zero images with zero labels)."""
+
+    def __init__(self, per_class: int, seed: int = 0):
+        super().__init__(per_class, seed)
+        self.slots: dict[int, torch.Tensor] = {}    # the current task's classes: (per_class, ...) inputs
+        self.written: dict[int, int] = {}           # samples written per class so far
+
+    def write(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        m = self.per_task
+        for c in y.unique().tolist():
+            rows = x[y == c]
+            count = self.written.get(c, 0)
+            if c not in self.slots:
+                self.slots[c] = torch.zeros(m, *x.shape[1:], dtype=x.dtype, device=x.device)
+            pos = (count + torch.arange(len(rows), device=x.device)) % m
+            keep = slice(max(0, len(rows) - m), None)          # a batch longer than the ring: its last m
+            self.slots[c][pos[keep]] = rows[keep].detach()
+            self.written[c] = count + len(rows)
+
+    def add(self, experience) -> None:
+        if self.slots:
+            classes = sorted(self.slots)
+            xs = [self.slots[c][:min(self.written[c], self.per_task)] for c in classes]
+            ys = [torch.full((len(x),), c, dtype=torch.long, device=x.device) for c, x in zip(classes, xs)]
+            self.tasks.append((torch.cat(xs), torch.cat(ys)))
+        self.slots, self.written = {}, {}
+
+
 def flat_grad(params) -> torch.Tensor:
     """All parameters' gradients as one vector (zeros where a parameter got none)."""
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
@@ -93,10 +127,14 @@ class GradientEpisodicMethod(SupervisedMethod, abc.ABC):
     (``reference_gradients``), then the current gradient, ``project``-ed against them before the
     optimizer step. Runs in fp32: the projection reads unscaled gradients."""
     hparams = {**optimizer_space(lr=0.01, momentum=0.9), "patterns_per_task": Int(1, 10000, default=256)}
+    writes_during_training = False   # True: each trained batch's raw view goes to ``memory.write`` (RingMemory)
 
     def __init__(self, context, **hparams):
         super().__init__(context, **hparams)
-        self.memory = TaskMemory(self.hp["patterns_per_task"], seed=context.seed)
+        self.memory = self.make_memory()
+
+    def make_memory(self) -> TaskMemory:
+        return TaskMemory(self.hp["patterns_per_task"], seed=self.context.seed)
 
     @abc.abstractmethod
     def memory_batches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -112,7 +150,11 @@ class GradientEpisodicMethod(SupervisedMethod, abc.ABC):
         opt = make_optimizer(params, self.hp["optimizer"], self.hp["lr"], self.hp.get("momentum", 0.0),
                              self.hp["weight_decay"])
         self.model.train()
-        for x, y in experience.batches(epochs=self.context.epochs):
+        raw = self.writes_during_training and experience.augmenting   # the memory keeps raw views
+        for x, y in experience.batches(epochs=self.context.epochs, augment=not raw):
+            seen = x
+            if raw:
+                x = experience.augment(x)
             references = []
             for mx, my in (self.memory_batches() if len(self.memory) else []):
                 opt.zero_grad(set_to_none=True)
@@ -126,6 +168,8 @@ class GradientEpisodicMethod(SupervisedMethod, abc.ABC):
             if references:
                 set_flat_grad(params, self.project(flat_grad(params), torch.stack(references)))
             opt.step()
+            if self.writes_during_training:
+                self.memory.write(seen, y)
         self.memory.add(experience)
 
 
