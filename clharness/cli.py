@@ -11,20 +11,36 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="clharness", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_run, _add_list, _add_report, _add_compare,
+                _add_init, _add_store, _add_verify, _add_data):
+        add(sub)
+    from .kinds import family_commands
+    for command, run in family_commands(sub).items():   # the benchmark families' own (STF: stream-plot)
+        sub.choices[command].set_defaults(handler=run)
+    args = parser.parse_args(argv)
+    return args.handler(args)
 
+
+def _add_run(sub) -> None:
     run = sub.add_parser("run", help="run suites (default: the quickstart) and print the scorecard",
                          description="Runs suites as pytest cases; arguments after -- go to pytest.")
     from .engine.options import add_cli_flags
     add_cli_flags(run)   # the session options, from the one table (engine.options.OPTIONS)
     run.add_argument("-n", "--workers", metavar="N", help="pytest-xdist worker processes (e.g. 2 or auto)")
     run.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments, after --")
+    run.set_defaults(handler=run_suites)
 
+
+def _add_list(sub) -> None:
     lst = sub.add_parser("list", help="registered methods, kinds, suites, datasets and backbones, with their sources")
     lst.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                      help="import MODULE as a clharness plugin")
     lst.add_argument("--markdown", action="store_true",
                      help="only the methods, as the markdown table README.md carries (name, settings, paper)")
+    lst.set_defaults(handler=list_registered)
 
+
+def _add_report(sub) -> None:
     rep = sub.add_parser("report", help="scorecard tables of a results store; --html for a page with plots",
                          description="Prints the scorecard (mean and 95% CI over seeds) of every suite, "
                                      "scenario and method in RESULTS; --html also writes one self-contained "
@@ -43,7 +59,10 @@ def main(argv: list[str] | None = None) -> int:
                           "(named suite__scenario_kind; with the page as DIR/report.html unless --html is given)")
     rep.add_argument("--jobs", type=int, default=None, metavar="N",
                      help="processes drawing the HTML report's figures (default: one per CPU)")
+    rep.set_defaults(handler=report_results)
 
+
+def _add_compare(sub) -> None:
     cmp = sub.add_parser("compare", help="two scorecards side by side; exit 1 on a regression or a mismatch",
                          description="A and B are scorecard JSONs (--clh-scorecard x.json) or results stores. "
                                      "For each --max-drop METRIC=DROP, a row regresses when a one-sided Welch "
@@ -62,10 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--means-only", action="store_true",
                      help="judge the seed means alone, without the spread (the drop itself decides)")
     cmp.add_argument("--format", default="md", choices=["md", "github", "latex"], help="table format")
+    cmp.set_defaults(handler=compare_scorecards)
 
-    from .kinds import family_commands
-    commands = family_commands(sub)   # subcommands the benchmark families add (STF: stream-plot)
 
+def _add_init(sub) -> None:
     init = sub.add_parser("init", help="scaffold a method plugin package: method, suite with gates, tests, CI workflow",
                           description="Creates the folder NAME: pyproject.toml (entry point `clharness`), "
                                       "NAME/method.py (README's example), NAME/suites/NAME.toml (gates against "
@@ -78,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
                            "requirement, a git URL or a local clharness checkout (default: the VCS URL and "
                            "commit this clharness was installed from, else the Repository URL of its "
                            "package metadata, git+https://github.com/clharness/clharness)")
+    init.set_defaults(handler=init_package)
 
+
+def _add_store(sub) -> None:
     store = sub.add_parser("store", help="see, prune and export a results store")
     store_sub = store.add_subparsers(dest="store_command", required=True)
     export = store_sub.add_parser("export", help="a suite's records as one self-contained bundle (zip) that "
@@ -88,7 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("-o", "--output", required=True, metavar="BUNDLE", help="the bundle file to write (.zip)")
     export.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                         help="import MODULE as a clharness plugin (the records' methods)")
+    export.set_defaults(handler=export_command)
 
+
+def _add_verify(sub) -> None:
     ver = sub.add_parser("verify", help="re-run sampled cases of an exported bundle here; per case: same inputs? "
                                         "reproduced? (exit 1 if any is not)",
                          description="BUNDLE is a zip that `clharness store export` wrote. Each sampled case is rebuilt "
@@ -104,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     ver.add_argument("--data-root", default=os.environ.get("CLH_DATA_ROOT"), metavar="DIR")
     ver.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                      help="import MODULE as a clharness plugin (the bundle's methods)")
+    ver.set_defaults(handler=verify_command)
 
+
+def _add_data(sub) -> None:
     data = sub.add_parser("data", help="datasets: check what a suite needs, fetch what can be downloaded")
     data_sub = data.add_subparsers(dest="data_command", required=True)
     dcheck = data_sub.add_parser("check", help="each dataset a suite needs: present under the data root or not, "
@@ -123,25 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the data root (default: $CLH_DATA_ROOT)")
     dfetch.add_argument("--base-url", metavar="URL", help="fetch archives from URL/<file> instead of their "
                                                           "published hosts (default: $CLH_DATA_MIRROR)")
-
-    args = parser.parse_args(argv)
-    if args.command == "data":
-        return data_command(args)
-    if args.command == "verify":
-        return verify_command(args)
-    if args.command == "store" and args.store_command == "export":
-        return export_command(args)
-    if args.command == "init":
-        return init_package(args)
-    if args.command in commands:
-        return commands[args.command](args)
-    if args.command == "compare":
-        return compare_scorecards(args)
-    if args.command == "run":
-        return run_suites(args)
-    if args.command == "report":
-        return report_results(args)
-    return list_registered(args)
+    data.set_defaults(handler=data_command)
 
 
 def verify_command(args: argparse.Namespace) -> int:
