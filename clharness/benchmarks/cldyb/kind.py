@@ -26,7 +26,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ...engine.suites import ScenarioSpec
+from ...engine.suites import LATER_KEYS, ScenarioSpec
 from .summary import SEARCH_METHOD, USE_CASES, _final_aa, summary_rows  # noqa: F401  (shared with report_html)
 PSEUDO_METHODS = (SEARCH_METHOD,)   # the search's own records: a protocol step, no method (clharness.kinds)
 
@@ -331,7 +331,9 @@ def _search_spec(spec: ScenarioSpec) -> dict:
             if k != "select_hparams" and not (k in SEARCH_LATER_KEYS and v == SEARCH_LATER_KEYS[k])}
 
 
-SEARCH_LATER_KEYS = {"normalize": "dataset", "eval_every": 0, "eval_samples": 100, "memory_encoder": "trained"}
+# every spec key that joined after the search key was defined (all of engine.suites.LATER_KEYS but the three
+# that were there from the start), so a key added to the spec later never moves the keys of stored searches
+SEARCH_LATER_KEYS = {k: v for k, v in LATER_KEYS.items() if k not in ("augment", "first_task_train", "select_hparams")}
 
 
 def _run_search(session, unit) -> None:
