@@ -51,7 +51,7 @@ def five_families(rng: random.Random) -> list[RunRecord]:
     out += [make("stf-digits", "stream", m, s, 10, rng, {"info_retention": rng.random()})
             for m in [*methods, "lwf"] for s in range(3)]
     out += [make("m2i-mini", sc, m, s, 5, rng) for sc in ("m2i", "i2m") for m in methods for s in range(3)]
-    from clharness.benchmarks.gtep.protocol import select_best
+    from clharness.benchmarks.gtep.selection import select_best
     for m in methods:
         tuning = {k: [make("gtep-digits", f"t:tune-c{k}", m, s, 5, rng, hparams={"lr": 10 ** -k}) for s in range(2)]
                   for k in range(5)}

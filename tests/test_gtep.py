@@ -16,6 +16,7 @@ from clharness.data import BUILTIN_SOURCES
 from clharness.results import ResultsStore, RunRecord
 from clharness.benchmarks.gtep import kind
 from clharness.engine.suites import ScenarioSpec, SuiteError, load_suite
+from clharness.benchmarks.gtep import search as gtep_search, selection as gtep_selection, summary as gtep_summary
 
 SYN = '{ num_classes = 12, image_size = 4, train_per_class = 20, test_per_class = 6, similarity = 0.2, noise = 0.2 }'
 SUITE = f"""
@@ -106,9 +107,9 @@ def test_select_best_is_the_highest_mean_harmonic_mean_and_skips_diverged_config
     tuning = {0: [rec(0.5, 0.5), rec(0.5, 0.5)],            # P = 0.5
               1: [rec(0.9, 0.9), rec(0.0, 0.0, "diverged")],  # NaN trial: cannot win
               2: [rec(0.6, 0.3), rec(0.6, 0.6)]}            # P = (0.4 + 0.6) / 2 = 0.5: tie, lower k wins
-    best, scores = gtep.select_best(tuning)
+    best, scores = gtep_selection.select_best(tuning)
     assert best == 0 and scores[2] == pytest.approx(0.5) and math.isnan(scores[1])
-    assert gtep.select_best({0: [rec(0, 0, "diverged")]})[0] is None
+    assert gtep_selection.select_best({0: [rec(0, 0, "diverged")]})[0] is None
 
 
 def _phase_records():
@@ -129,7 +130,7 @@ def _phase_records():
 
 
 def test_gtep_summary_and_table_hold_the_hand_computed_values():
-    frame = gtep.summarize(_phase_records())
+    frame = gtep_summary.summarize(_phase_records())
     rows = frame.set_index("method")
     assert list(frame.method) == ["c", "b", "a"]                        # ranked by the evaluation phase
     assert rows.loc["a", "config"] == 1 and rows.loc["a", "tune_acc"] == pytest.approx(0.9)
@@ -137,9 +138,9 @@ def test_gtep_summary_and_table_hold_the_hand_computed_values():
     # 95% t-interval of two trials 0.60, 0.64: t(0.975, 1) * 0.02828 / sqrt(2) = 12.706 * 0.02 = 0.254
     assert rows.loc["c", "eval_acc_ci"] == pytest.approx(12.7062 * 0.02, rel=1e-4)
     # the tuning ranking is reversed: Kendall tau -1 between the phases, not 1 (a ranking with itself)
-    tau = gtep.ranking_change(frame)[("g", "s")]
+    tau = gtep_summary.ranking_change(frame)[("g", "s")]
     assert tau["kendall"] == pytest.approx(-1.0) and tau["spearman"] == pytest.approx(-1.0)
-    text = gtep.render(frame, fmt="github")
+    text = gtep_summary.render(frame, fmt="github")
     assert "(Kendall tau, tuning vs evaluation ranking: -1.000; ranking changes)" in text
     table = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
              if line.startswith("| ") and not line.startswith("| rank")]
@@ -156,9 +157,9 @@ def test_identical_phase_rankings_give_tau_one():
         if r.scenario == "s:eval":
             r.metrics = {"final_acc": {"a": 0.6, "b": 0.5, "c": 0.4}[r.method] + 0.01 * r.seed, "avg_inc_acc": 0.5}
             records.append(r)
-    frame = gtep.summarize(records)
-    assert gtep.ranking_change(frame)[("g", "s")]["kendall"] == pytest.approx(1.0)
-    assert "ranking unchanged" in gtep.render(frame)
+    frame = gtep_summary.summarize(records)
+    assert gtep_summary.ranking_change(frame)[("g", "s")]["kendall"] == pytest.approx(1.0)
+    assert "ranking unchanged" in gtep_summary.render(frame)
 
 
 @pytest.fixture
@@ -206,7 +207,7 @@ def test_protocol_runs_selects_reuses_and_resumes(run, pytester):
     assert diverged and all(r.hparams["lr"] >= 0.1 for r in diverged)
     assert outcomes["xfailed"] == len(diverged)
     assert all(r.hparams["lr"] < 0.1 for r in records if r.method == "gtep-diverger" and r.scenario.startswith("high:eval@"))
-    frame = gtep.summarize(records)
+    frame = gtep_summary.summarize(records)
     row = frame.set_index("method").loc["gtep-diverger"]
     assert row.tune_diverged == len(diverged) and row.gap == pytest.approx(row.tune_acc - row.eval_acc)
     assert sorted(frame.eval_rank) == [1, 2, 3]
@@ -233,24 +234,24 @@ def test_bad_spaces_fail_collection_before_any_training(run, pytester):
 def test_method_space_restricts_general_parameters_and_applies_fixed_values():
     from clharness.hparams import TABLE4
     er = clharness_methods.er.ER
-    ms = gtep.method_space(er, {"general": "table4", "fixed": {"momentum": 0.9}, "search": {}})
+    ms = gtep_search.method_space(er, {"general": "table4", "fixed": {"momentum": 0.9}, "search": {}})
     # Table 4's Replay row: the general sets only (issue 30 item 4); the method's own space on request
     assert ms.space["epochs"].values == tuple(TABLE4["epochs"]) and ms.own == () and ms.paper
     # spaces = "method": ER's declared tuning_space (mammoth's lr set, the CLDyB B.3 selection space)
-    method = gtep.method_space(er, {"general": "table4", "spaces": "method"})
+    method = gtep_search.method_space(er, {"general": "table4", "spaces": "method"})
     assert method.own == ("lr",) and method.space["lr"].values == er.tuning_space["lr"].values
     assert ms.fixed == {"momentum": 0.9} and "momentum" not in ms.space
-    lwf = gtep.method_space(clharness_methods.lwf.LwF, {"general": "table4"})
+    lwf = gtep_search.method_space(clharness_methods.lwf.LwF, {"general": "table4"})
     assert lwf.space["temperature"].values == (0.5, 1, 1.5, 2, 2.5)     # table 4's T (KD) set
     case = gtep.make_case(load_suite_stub(), spec(), er, {}, ms, {"epochs": 3, "lr": 0.1, "scheduler": "steplr",
                                                                   "num_milestones": 2, "lr_decay": 0.5}, "tune", 1, 4)
     assert case.scenario.epochs == 3 and case.scenario.name == "s:tune-c4" and case.hparams["momentum"] == 0.9
     assert case.hparams["scheduler"] == "steplr" and "epochs" not in case.hparams
     # suite sets naming a method's own parameters are its whole own space; general-only sets keep the rest
-    assert gtep.method_space(clharness_methods.lwf.LwF, {"search": {"lwf": {"temperature": [2.0]}}}).own == ("temperature",)
-    assert gtep.method_space(clharness_methods.lwf.LwF, {"search": {"lwf": {"lr": [0.1]}}}).own == ("temperature", "lwf_lambda")
+    assert gtep_search.method_space(clharness_methods.lwf.LwF, {"search": {"lwf": {"temperature": [2.0]}}}).own == ("temperature",)
+    assert gtep_search.method_space(clharness_methods.lwf.LwF, {"search": {"lwf": {"lr": [0.1]}}}).own == ("temperature", "lwf_lambda")
     with pytest.raises(Exception, match="has no hyperparameter 'nope'"):
-        gtep.method_space(er, {"search": {"er": {"nope": [1]}}})
+        gtep_search.method_space(er, {"search": {"er": {"nope": [1]}}})
 
 
 def load_suite_stub():

@@ -12,6 +12,7 @@ from clharness.benchmarks.gtep import kind  # noqa: F401  (loads torchvision onc
 from clharness.benchmarks.gtep import paper_configs as pc
 from clharness.benchmarks.gtep import protocol as gtep
 from clharness.results import ResultsStore
+from clharness.benchmarks.gtep import summary as gtep_summary
 
 # Verbatim from the paper text (gtep.txt), markdown escapes included.
 EXCERPT = r"""
@@ -116,9 +117,9 @@ def test_preset_runs_the_papers_hstar_beside_the_tuned_one(pytester):
     paper = records["paper-cifar50-1-10tasks"]
     assert paper.hparams["lr"] == 0.15 and paper.hparams["epochs"] == 160 and paper.hparams["batch_size"] == 32
     assert paper.hparams["scheduler"] == "cosine" and paper.hparams["weight_decay"] == 0.0001
-    frame = gtep.summarize(ResultsStore(store).records())
+    frame = gtep_summary.summarize(ResultsStore(store).records())
     assert sorted(frame.scenario) == ["high", "high [paper H* cifar50-1-10tasks]"]
-    row = next(line for line in gtep.render(frame).splitlines() if "| paper: " in line)
+    row = next(line for line in gtep_summary.render(frame).splitlines() if "| paper: " in line)
     assert "epochs=160" in row and "lr=0.15" in row and "scheduler=cosine" in row
     bad = pytester.runpytest("-p", "no:cacheprovider", "--clh-results", str(store), "g.toml",
                              "--clh-preset", "gtep:nope")
@@ -126,7 +127,7 @@ def test_preset_runs_the_papers_hstar_beside_the_tuned_one(pytester):
 
 
 def test_a_dht_preset_configures_only_the_scenarios_of_its_dht_and_task_count():
-    from clharness.benchmarks.gtep.protocol import preset_applies
+    from clharness.benchmarks.gtep.presets import preset_applies
     from clharness.engine.suites import load_suite
     root = Path(__file__).parent.parent / "suites"
     vit200 = load_suite(root / "gtep-vit-200.toml")

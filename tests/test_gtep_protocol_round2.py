@@ -8,6 +8,7 @@ import torch
 
 import clharness as clh
 from clharness.toolkit.backbones import MLP
+from clharness.benchmarks.gtep import search as gtep_search, summary as gtep_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = ROOT / "suites"
@@ -179,7 +180,7 @@ def our_table(harness, general, methods):
     from clharness.benchmarks.gtep.spaces import NO_COUNTERPART
     rows = {}
     for m in methods:
-        ms = gtep.method_space(harness.methods[m], {"general": general, "fixed": {"momentum": 0.9}})
+        ms = gtep_search.method_space(harness.methods[m], {"general": general, "fixed": {"momentum": 0.9}})
         for key, p in ms.space.items():
             rows[(m, key)] = list(p.values)
         rows.update({(m, n): "no counterpart" for (mm, n) in NO_COUNTERPART if mm == m})
@@ -218,13 +219,13 @@ def test_table5_spaces_equal_the_papers_cell_by_cell(harness):
 def test_spaces_option_method_reading_keeps_the_methods_declared_space(harness):
     from clharness.benchmarks.gtep import protocol as gtep
     coda = harness.methods["coda_prompt"]
-    paper = gtep.method_space(coda, {"general": "table5"})
-    method = gtep.method_space(coda, {"general": "table5", "spaces": "method"})
+    paper = gtep_search.method_space(coda, {"general": "table5"})
+    method = gtep_search.method_space(coda, {"general": "table5", "spaces": "method"})
     assert paper.space["lr"].values == (0.000875, 0.001375, 0.001875, 0.002375, 0.0025)   # prompt column
     assert method.space["lr"].values == (0.01, 0.02, 0.03, 0.04, 0.05)
     podnet = harness.methods["podnet"]
-    assert "lambda_f" in gtep.method_space(podnet, {"general": "table4"}).space
-    assert "lambda_f" not in gtep.method_space(podnet, {"general": "table4", "spaces": "method"}).space
+    assert "lambda_f" in gtep_search.method_space(podnet, {"general": "table4"}).space
+    assert "lambda_f" not in gtep_search.method_space(podnet, {"general": "table4", "spaces": "method"}).space
 
 
 # --- item 6: the paper's configurations run on D^HT too (the "Original" bars, Tables 7 and 14) ----------
@@ -281,7 +282,7 @@ def test_preset_runs_the_papers_configuration_on_dht_and_on_de(pytester):
     assert r.hparams["weight_decay"] == 0.0002 and r.hparams["scheduler"] == "steplr"
     tuned = next(t for t in records if ":tune-c0" in t.scenario)
     assert r.scenario.split(":")[0] == tuned.scenario.split(":")[0]    # the same tuning id: D^HT's validation split
-    frame = gtep.summarize(records)
+    frame = gtep_summary.summarize(records)
     row = frame[frame.scenario == "high [paper H* pycil-original]"].iloc[0]
     assert row.tune_acc == pytest.approx(r.metrics["final_acc"])     # its D^HT score beside its D^E score
     paper_eval = next(e for e in records if e.scenario == "high:eval@paper-pycil-original")
@@ -306,8 +307,8 @@ def test_every_gtep_method_trains_with_sgd_momentum_0_9(harness, suite_name):
         cls = harness.methods[m]
         if "momentum" not in cls.hparams:
             continue
-        space = gtep.method_space(cls, spec.options)
-        config = {**gtep.draw(space.space, "t", m, 0), "optimizer": "sgd"}   # momentum exists with SGD only
+        space = gtep_search.method_space(cls, spec.options)
+        config = {**gtep_search.draw(space.space, "t", m, 0), "optimizer": "sgd"}   # momentum exists with SGD only
         case = gtep.make_case(suite, spec, cls, suite.hparams.get(m, {}), space, config, "eval", 0)
         assert case.hparams.get("momentum", cls.hparams["momentum"].default) == 0.9, m   # defaults stay implicit
         checked += 1
@@ -345,8 +346,8 @@ def test_each_phase_runs_the_papers_architecture_for_its_dataset(harness, suite_
     suite = load_suite(SUITES / f"{suite_name}.toml")
     cls = harness.methods["finetune"]
     for spec in suite.scenarios:
-        space = gtep.method_space(cls, spec.options)
-        config = gtep.draw(space.space, "t", "finetune", 0)
+        space = gtep_search.method_space(cls, spec.options)
+        config = gtep_search.draw(space.space, "t", "finetune", 0)
         for phase in ("tune", "eval"):
             case = gtep.make_case(suite, spec, cls, {}, space, config, phase, 0, k=0 if phase == "tune" else None)
             run = case.scenario
@@ -363,8 +364,8 @@ def test_eval_spec_changes_only_the_evaluation_phase(harness):
     suite = load_suite(SUITES / "gtep-cifar50.toml")
     spec = next(s for s in suite.scenarios if s.name == "low-10")
     cls = harness.methods["finetune"]
-    space = gtep.method_space(cls, spec.options)
-    config = gtep.draw(space.space, "t", "finetune", 0)
+    space = gtep_search.method_space(cls, spec.options)
+    config = gtep_search.draw(space.space, "t", "finetune", 0)
     tune = gtep.make_case(suite, spec, cls, {}, space, config, "tune", 0, k=0, tuning="x")
     plain = with_overrides(spec, options={**spec.options, "eval_spec": {}})
     assert gtep.tuning_id(spec) == gtep.tuning_id(plain)          # the D^HT runs are shared either way

@@ -5,9 +5,10 @@ import clharness.engine.runner  # noqa: F401  (loaded once: pytester runs share 
 import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 import sklearn.datasets  # noqa: F401
-from clharness.benchmarks.gtep import protocol as gtep
+
 from clharness.results import ResultsStore
 from fakedata import write_cifar100, write_cub200, write_imagefolder, write_imagenet_r
+from clharness.benchmarks.gtep import phases as gtep_phases
 
 WNIDS = [f"n{i:08d}" for i in range(200)]
 
@@ -23,10 +24,10 @@ def write_all(root):
 def by_phase(records):
     """(suite, "<scenario>:tune-c<k>" | "<scenario>:eval") -> record: a tuning run is named by its
     tuning id (shared by the scenarios with its D^HT), which the scenario's evaluation runs name."""
-    tuned = {gtep.tuning_of(r.scenario): r.scenario.split(":")[0] for r in records if ":eval@" in r.scenario}
+    tuned = {gtep_phases.tuning_of(r.scenario): r.scenario.split(":")[0] for r in records if ":eval@" in r.scenario}
     out = {}
     for r in records:
-        base, phase, k = gtep.split_scenario(r.scenario)
+        base, phase, k = gtep_phases.split_scenario(r.scenario)
         out[(r.suite, f"{tuned[base]}:tune-c{k}" if phase == "tune" else f"{base}:eval")] = r
     return out
 

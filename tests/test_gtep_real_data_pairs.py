@@ -6,10 +6,11 @@ import clharness.engine.runner  # noqa: F401  (loaded once: pytester runs share 
 import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 import sklearn.datasets  # noqa: F401
+
 from clharness.benchmarks.gtep import kind  # noqa: F401  (loads torchvision once: it registers torch ops)
-from clharness.benchmarks.gtep import protocol as gtep
 from clharness.results import ResultsStore
 from fakedata import write_cifar100, write_cub200, write_imagefolder, write_imagenet_r
+from clharness.benchmarks.gtep import phases as gtep_phases
 
 WNIDS = [f"n{i:08d}" for i in range(200)]
 
@@ -41,7 +42,7 @@ def test_missing_scenario_pairs_run_quick_on_files_in_the_real_formats(pytester)
     # one tuning run per D^HT and task configuration: cub-imr-10 and cub-ima-10 share CUB-200's,
     # high-6 and low-6 share ImageNet-50-1's
     assert len(tunes) == 3 and len(evals) == 5
-    tuned = {name: gtep.tuning_of(r.scenario) for name, r in evals.items()}
+    tuned = {name: gtep_phases.tuning_of(r.scenario) for name, r in evals.items()}
     assert tuned["cub-imr-10"] == tuned["cub-ima-10"] and tuned["high-6"] == tuned["low-6"]
     assert evals["cub-imr-10"].hparams == evals["cub-ima-10"].hparams
 

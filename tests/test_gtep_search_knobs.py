@@ -116,7 +116,7 @@ def test_dualprompt_tasks_past_the_pool_train_their_matched_prompts(data):
                                               ("dualprompt", "pool_size", [10, 15, 20, 25, 30])])
 def test_gtep_paper_space_searches_the_knob(name, knob, values):
     import clharness as clh
-    from clharness.benchmarks.gtep.protocol import method_space
+    from clharness.benchmarks.gtep.search import method_space
     from clharness.benchmarks.gtep.spaces import NO_COUNTERPART
     method = clh.Harness().methods[name]
     general = "table4" if name == "memo" else "table5"

@@ -12,6 +12,7 @@ from clharness.benchmarks.gtep import kind  # noqa: F401  (loads torchvision onc
 from clharness.benchmarks.gtep import protocol as gtep
 from clharness.results import ResultsStore
 from clharness.engine.suites import load_suite
+from clharness.benchmarks.gtep import search as gtep_search, summary as gtep_summary
 
 SYN = '{ num_classes = 12, image_size = 4, train_per_class = 20, test_per_class = 6, similarity = 0.2, noise = 0.2 }'
 HEAD = """
@@ -63,9 +64,9 @@ def test_scenarios_with_one_dht_share_tuning_keys_and_draws_and_others_do_not(tm
     other = tmp_path / "h.toml"   # another suite, another scenario name, same D^HT
     other.write_text(suite_text("h", LOW.format(name="elsewhere")))
     assert gtep.tuning_id(load_suite(other).scenarios[0]) == gtep.tuning_id(high)
-    space = gtep.method_space(clharness_methods.er.ER, {"general": "table4"}).space
-    assert [gtep.draw(space, gtep.tuning_id(high), "er", k) for k in range(4)] == \
-        [gtep.draw(space, gtep.tuning_id(low), "er", k) for k in range(4)]
+    space = gtep_search.method_space(clharness_methods.er.ER, {"general": "table4"}).space
+    assert [gtep_search.draw(space, gtep.tuning_id(high), "er", k) for k in range(4)] == \
+        [gtep_search.draw(space, gtep.tuning_id(low), "er", k) for k in range(4)]
 
 
 def collected(pytester, *args):
@@ -104,9 +105,9 @@ def test_shared_tuning_runs_once_and_every_evaluation_uses_its_hstar(pytester):
     tuned = {r.scenario.split("@")[1] for r in evals}
     assert tuned == {tune[0].scenario.split(":")[0]}
     assert len({tuple(sorted(r.hparams.items())) for r in evals}) == 1   # one H* for every D^E
-    frame = gtep.summarize(records)
+    frame = gtep_summary.summarize(records)
     assert sorted(frame.scenario) == ["elsewhere", "high", "low"] and set(frame.tune_runs) == {4}
-    assert len(set(frame.config)) == 1 and "H* tuned on synthetic[0-6]-2-equal-" in gtep.render(frame)
+    assert len(set(frame.config)) == 1 and "H* tuned on synthetic[0-6]-2-equal-" in gtep_summary.render(frame)
     # a scenario selected alone (-k) still trains the shared runs itself
     alone = pytester.runpytest("-p", "plugin_methods", "-p", "no:cacheprovider", "--clh-results",
                                str(pytester.path / "alone.sqlite"), "g.toml", "-k", "low")

@@ -18,6 +18,7 @@ from clharness.toolkit import augment as A
 from clharness.toolkit.training import Trainer, make_optimizer
 
 from test_fidelity_replay import METHODS, ctx, experience, hand_ce
+from clharness.benchmarks.gtep import search as gtep_search
 
 
 def gen(seed=0):
@@ -212,18 +213,17 @@ def test_scorecard_central_value_is_the_mean_of_the_seeds_not_the_median():
 # --- GTEP: configuration k of a method is seeded by the tuning, the method's name and k ----------------
 
 def test_gtep_draw_is_seeded_by_the_method_name_too():
-    from clharness.benchmarks.gtep import protocol as gtep
     space = {"lr": clh.Choice([0.001, 0.003, 0.01, 0.03, 0.1, 0.3]),
              "batch": clh.Choice([8, 16, 32, 64, 128, 256, 512])}
-    er = [gtep.draw(space, "t", "er", k) for k in range(6)]
-    assert er == [gtep.draw(space, "t", "er", k) for k in range(6)]       # a function of its inputs only
+    er = [gtep_search.draw(space, "t", "er", k) for k in range(6)]
+    assert er == [gtep_search.draw(space, "t", "er", k) for k in range(6)]       # a function of its inputs only
     # two methods with the same space do not share their configurations (42 values: chance 1/42 each)
-    assert sum(a == b for a, b in zip(er, [gtep.draw(space, "t", "lwf", k) for k in range(6)])) <= 1
+    assert sum(a == b for a, b in zip(er, [gtep_search.draw(space, "t", "lwf", k) for k in range(6)])) <= 1
     assert len({tuple(c.items()) for c in er}) >= 4                           # k draws differ too
     # not global state: the stdlib's global random stream neither feeds nor is consumed by a draw
     random.seed(1)
     state = random.getstate()
-    assert gtep.draw(space, "t", "er", 0) == er[0] and random.getstate() == state
+    assert gtep_search.draw(space, "t", "er", 0) == er[0] and random.getstate() == state
 
 
 # --- the optimizer is built with its arguments ---------------------------------------------------------

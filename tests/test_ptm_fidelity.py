@@ -40,7 +40,7 @@ def test_ranpac_vpt_phase_one_trains_deep_prompts_then_freezes_them(data):
 
 
 def test_ranpac_tunes_gtep_table5_sets():
-    from clharness.benchmarks.gtep.protocol import method_space
+    from clharness.benchmarks.gtep.search import method_space
     space = method_space(METHODS["ranpac"], {"general": "table5"}).space
     assert list(space["ffn_num"].values) == [4, 8, 16, 32, 64]                  # "FFN num"
     assert list(space["prompt_tokens"].values) == [3, 5, 10, 20, 30, 50]        # "Prompt token num"

@@ -23,6 +23,7 @@ import clharness.benchmarks.cldyb.search  # noqa: F401  (loaded once: pytester r
 import clharness.engine.ray_backend  # noqa: F401  (one module for the test and its sessions: the spy patches it)
 import clharness.engine.runner  # noqa: F401
 from clharness.results import ResultsStore
+from clharness.benchmarks.gtep import summary as gtep_summary
 
 HOME = os.environ.get("HOME", "")   # pytester moves HOME; Ray's auth token lives under the real one
 QUICK = ["--clh-suite", "quickstart", "--clh-quick", "--clh-seeds", "2", "--clh-method", "finetune",
@@ -263,7 +264,6 @@ def test_a_driver_killed_mid_session_resumes_from_its_finished_records(pytester,
 
 
 def test_gtep_tuning_fans_out_and_selects_the_serial_h_star(pytester, ray_runtime):
-    from clharness.benchmarks.gtep import protocol as gtep
     args = ["--clh-suite", "gtep-digits", "--clh-quick", "--clh-method", "finetune", "--clh-method", "er",
             "-k", "high-synthetic", "-p", "no:cacheprovider"]
     pytester.runpytest(*args, "--clh-results", "serial.sqlite")
@@ -272,7 +272,7 @@ def test_gtep_tuning_fans_out_and_selects_the_serial_h_star(pytester, ray_runtim
     assert sorted(a) == sorted(b) and len(a) == 12   # 2 methods x (2 configurations x 2 trials + 2 evaluations)
     for key in a:
         assert a[key].acc_matrix == b[key].acc_matrix and a[key].hparams == b[key].hparams, a[key].case_id
-    chosen = [gtep.summarize(r.values())[["method", "config", "hparams"]].to_dict("records") for r in (a, b)]
+    chosen = [gtep_summary.summarize(r.values())[["method", "config", "hparams"]].to_dict("records") for r in (a, b)]
     assert chosen[0] == chosen[1]   # the same H* for every method
 
 

@@ -242,7 +242,7 @@ def _preset_problems(words) -> list[str]:
             problems.append(f"--clh-preset {name}: no such preset (shipped: "
                             f"{', '.join(f'{f}:{p}' for f in sorted(shipped) for p in sorted(shipped[f]))})")
         elif family == "gtep":   # it must configure some scenario of the suite (gtep.protocol.preset_applies)
-            from clharness.benchmarks.gtep.protocol import check_preset_scope
+            from clharness.benchmarks.gtep.presets import check_preset_scope
             from clharness.engine.suites import SuiteError, load_suite
             for suite in suites:
                 try:

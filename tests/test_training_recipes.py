@@ -13,6 +13,7 @@ from clharness.engine.runner import Case, run_case
 from clharness.benchmarks.gtep import kind
 from clharness.engine.suites import ScenarioSpec, load_suite, with_overrides
 from clharness.toolkit.training import SupervisedMethod, Trainer
+from clharness.benchmarks.gtep import search as gtep_search
 
 SUITES = Path(__file__).resolve().parent.parent / "suites"
 TABLE3 = {"epochs": 200, "lr": 0.1, "milestones": [60, 120, 170], "lr_decay": 0.1, "weight_decay": 5e-4}
@@ -63,7 +64,7 @@ def test_gtep_first_task_trains_with_table_3_then_the_sampled_configuration(harn
                    tune_dataset_options=syn, eval_dataset_options=syn, task_config="2-equal")
     spec = ScenarioSpec(name="s", kind="gtep", validation=0.25, backbone_options={"hidden": 8, "layers": 1},
                         options=options, first_task_train=load_suite(SUITES / "gtep-cifar50.toml").scenarios[0].first_task_train)
-    space = gtep.method_space(OptimizerLog, {"general": "table4", "fixed": {"momentum": 0.9}, "search": {}})
+    space = gtep_search.method_space(OptimizerLog, {"general": "table4", "fixed": {"momentum": 0.9}, "search": {}})
     config = {"epochs": 5, "batch_size": 16, "lr": 0.03, "weight_decay": 1e-4, "scheduler": "steplr",
               "num_milestones": 2, "lr_decay": 0.5}
     Suite = type("Suite", (), {"name": "g", "hparams": {}})

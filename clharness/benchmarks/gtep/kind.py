@@ -26,6 +26,7 @@ from ...data import DatasetSource, load_split
 from ...kinds import ScenarioError
 from ..splits import kind as splits
 from . import protocol as gtep
+from . import phases, selection, summary
 
 MULTI_DATASET = True   # build() gets the dataset registry: the two phases use different datasets
 
@@ -78,8 +79,8 @@ def check(spec) -> None:
     for key in ("configurations", "trials"):
         if o[key] < 1:
             raise ValueError(f"{key} = {o[key]} must be at least 1")
-    if o["selection"] not in gtep.SELECTION_RULES:
-        raise ValueError(f"selection = {o['selection']!r}; allowed: {', '.join(gtep.SELECTION_RULES)} "
+    if o["selection"] not in selection.SELECTION_RULES:
+        raise ValueError(f"selection = {o['selection']!r}; allowed: {', '.join(selection.SELECTION_RULES)} "
                          "(mean over trials of each trial's harmonic mean, or harmonic mean of the trial means)")
     from .spaces import SPACES
     unknown = sorted(set(o["eval_spec"]) - set(EVAL_SPEC_KEYS))
@@ -223,7 +224,7 @@ def collect(node, suite, spec, methods, seeds):
 
 def terminal_summary(clh, terminalreporter) -> None:
     """The GTEP section at session end: tuning vs evaluation phase per method."""
-    text = gtep.section(clh.records, clh.harness)
+    text = summary.section(clh.records, clh.harness)
     if text:
         terminalreporter.section("clharness GTEP: tuning phase (D^HT) vs evaluation phase (D^E), ranked by P^E")
         terminalreporter.write_line(text)
@@ -231,24 +232,24 @@ def terminal_summary(clh, terminalreporter) -> None:
 
 def write_scorecard(path, records, harness) -> None:
     """The GTEP section of a --clh-scorecard file."""
-    gtep.write_section(path, records, harness)
+    summary.write_section(path, records, harness)
 
 
-split_scenario = gtep.split_scenario   # GTEP names its runs X:tune-cK / X:eval (scorecard pairs by X)
+split_scenario = phases.split_scenario   # GTEP names its runs X:tune-cK / X:eval (scorecard pairs by X)
 
 
 def report_sections(records, fmt, harness) -> list[tuple[str, str]]:
     """``clharness report``: the tuning-vs-evaluation table when the records hold GTEP runs."""
-    if not any(map(gtep.is_gtep, records)):
+    if not any(map(phases.is_gtep, records)):
         return []
-    text = gtep.section(records, harness(), fmt=fmt)
+    text = summary.section(records, harness(), fmt=fmt)
     return [("GTEP: tuning phase (D^HT) vs evaluation phase (D^E), ranked by P^E", text)] if text else []
 
 
 def html_sections(records, harness) -> list[tuple[str, str]]:
     """The HTML report: one row per method, Kendall tau, the tuned-vs-evaluated slope plot, and the
     per-configuration records collapsed (report_html)."""
-    if not any(map(gtep.is_gtep, records)):
+    if not any(map(phases.is_gtep, records)):
         return []
     from . import report_html
     text = report_html.section(records, harness())

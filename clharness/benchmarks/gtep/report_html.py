@@ -3,7 +3,7 @@
 between the two rankings, a slope plot from each method's tuned to its evaluated score (the
 paper's point: rankings under the conventional protocol do not survive evaluation on fresh data,
 GTEP section 4), and the per-configuration tuning records behind a collapsed <details>, sorted by
-configuration. The numbers are protocol.summarize's; this module only lays them out."""
+configuration. The numbers are summary.summarize's; this module only lays them out."""
 from __future__ import annotations
 
 import html
@@ -12,19 +12,20 @@ from typing import Iterable, Sequence
 
 from ...results import RunRecord
 from . import protocol
+from . import phases, search, selection, summary
 
 TITLE = "GTEP: tuning phase (D^HT) vs evaluation phase (D^E), ranked by P^E"
 
 
 def section(records: Iterable[RunRecord], harness=None) -> str | None:
     """The GTEP HTML of ``records``, or None when they hold no GTEP runs."""
-    records = [r for r in records if protocol.is_gtep(r)]
+    records = [r for r in records if phases.is_gtep(r)]
     if not records:
         return None
-    spaces = (protocol.method_spaces(harness, sorted({r.method for r in records}))
+    spaces = (search.method_spaces(harness, sorted({r.method for r in records}))
               if harness is not None else None)
-    frame = protocol.summarize(records, spaces)
-    taus = protocol.ranking_change(frame)
+    frame = summary.summarize(records, spaces)
+    taus = summary.ranking_change(frame)
     out = []
     for (suite, scenario), group in frame.groupby(["suite", "scenario"], sort=False):
         tau = taus[(suite, scenario)]["kendall"]
@@ -51,9 +52,9 @@ def trial_counts(group, records: Sequence[RunRecord]) -> str:
         return f"n = {n} {what} trial{'s' * (n != '1')}"
     tune = []
     for _, row in group.iterrows():
-        if not protocol._missing(row.config):
+        if not summary._missing(row.config):
             tune.append(sum(r.status == "passed" and r.method == row.method
-                            and protocol.split_scenario(r.scenario) == (row.tuning, "tune", int(row.config))
+                            and phases.split_scenario(r.scenario) == (row.tuning, "tune", int(row.config))
                             for r in records))
     return (f"{span((int(t - d) for t, d in zip(group.eval_trials, group.eval_diverged)), 'evaluation')} "
             f"per method" + (f", {span(tune, 'tuning')} of the chosen H*" if tune else ""))
@@ -64,9 +65,9 @@ def method_rows(group) -> list[list[str]]:
     (evaluation), method, tuning score, evaluation score, gap, chosen H*."""
     rows = []
     for _, r in group.iterrows():
-        rows.append([f"{_rank(r.tune_rank)} → {_rank(r.eval_rank)}", r.method, protocol._pm(r.tune_acc, r.tune_acc_ci),
-                     protocol._pm(r.eval_acc, r.eval_acc_ci), protocol._num(r.gap, signed=True),
-                     "-" if protocol._missing(r.config) else f"c{int(r.config)}: {r.hparams}"])
+        rows.append([f"{_rank(r.tune_rank)} → {_rank(r.eval_rank)}", r.method, summary._pm(r.tune_acc, r.tune_acc_ci),
+                     summary._pm(r.eval_acc, r.eval_acc_ci), summary._num(r.gap, signed=True),
+                     "-" if summary._missing(r.config) else f"c{int(r.config)}: {r.hparams}"])
     return rows
 
 
@@ -126,17 +127,17 @@ def slope_svg(group, width: int = 360, height: int = 260) -> str:
 def config_rows(records: Sequence[RunRecord]) -> list[list[str]]:
     """Every tuning record, sorted by configuration number (c2 before c10), method, trial."""
     def k(r):
-        return protocol.split_scenario(r.scenario)[2]
+        return phases.split_scenario(r.scenario)[2]
     rows = []
     for r in sorted(records, key=lambda r: (k(r), r.method, r.seed)):
-        rows.append([f"c{k(r)}", r.method, str(r.seed), r.status, protocol._num(r.metrics.get("final_acc", math.nan)),
-                     protocol._num(r.metrics.get("avg_inc_acc", math.nan)), protocol._num(protocol.hmean_score(r)),
-                     protocol._config_text(r)])
+        rows.append([f"c{k(r)}", r.method, str(r.seed), r.status, summary._num(r.metrics.get("final_acc", math.nan)),
+                     summary._num(r.metrics.get("avg_inc_acc", math.nan)), summary._num(selection.hmean_score(r)),
+                     summary._config_text(r)])
     return rows
 
 
 def config_details(records: Sequence[RunRecord]) -> str:
-    records = [r for r in records if protocol.split_scenario(r.scenario)[1] == "tune"]
+    records = [r for r in records if phases.split_scenario(r.scenario)[1] == "tune"]
     if not records:
         return ""
     head = ["config", "method", "trial", "status", "final acc", "avg inc acc", "H(acc, avg)", "hyperparameters"]
@@ -145,7 +146,7 @@ def config_details(records: Sequence[RunRecord]) -> str:
 
 
 def _tuning_name(record: RunRecord) -> str | None:
-    parsed = protocol.split_scenario(record.scenario)
+    parsed = phases.split_scenario(record.scenario)
     return parsed[0] if parsed and parsed[1] == "tune" else None
 
 
@@ -155,7 +156,7 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def _rank(v) -> str:
-    return "-" if protocol._missing(v) else str(int(v))
+    return "-" if summary._missing(v) else str(int(v))
 
 
 def _hex(rgba) -> str:
