@@ -370,3 +370,120 @@ def test_agem_ring_with_fewer_samples_than_slots_stores_what_was_written():
     ring.add(None)
     (mx, my), = ring.tasks
     assert sorted(mx[my == 5].flatten().tolist()) == [1.0, 3.0, 4.0, 5.0] and mx[my == 7].flatten().tolist() == [2.0]
+
+
+# --- iCaRL / BiC / WA: CE + KD at T over the old classes, weighted as each reference weighs it ------------
+
+@pytest.mark.parametrize("name, hp, weights", [
+    ("icarl", {"kd_lambda": 1.7}, lambda lam: (1.0, 1.7)),                 # PyCIL icarl: CE + KD (weight 1)
+    ("bic", {"kd_lambda": 0.0}, lambda lam: (1 - lam, lam)),              # BiC eq. 4: lambda = n / (n + m)
+    ("bic", {"kd_lambda": 1.3}, lambda lam: (1.0, 1.3)),
+    ("wa", {"kd_lambda": 0.0}, lambda lam: (1 - lam, lam)),               # WA: (1 - lambda) CE + lambda KD
+    ("wa", {"kd_lambda": 1.3}, lambda lam: (1.0, 1.3))])
+def test_distillation_losses_weigh_ce_and_kd_at_temperature_by_hand(name, hp, weights):
+    """Second task of classes (0, 1, 2) then (3), of 5 classes: lambda = 3 old / 4 seen = 0.75. KD (Hinton
+    et al. 2015, PyCIL _KD_loss): -sum_k softmax(old_k / T) log softmax(new_k / T), batch mean, over the old
+    classes; CE over the seen classes."""
+    from test_fidelity_exemplars import experience as uint8_experience, tiny_context
+    torch.manual_seed(0)
+    T = 3.0
+    method = METHODS[name](tiny_context(num_classes=5, epochs=1), temperature=T, **hp)
+    x, y = torch.randn(6, 1, 2, 2, generator=gen(9)), torch.tensor([3, 3, 3, 3, 3, 3])
+    got = []
+    real = method.fit
+
+    def spy(batches, loss_fn=None, params=None, trainer=None):
+        if getattr(loss_fn, "__name__", "") == "loss" and method.old_model is not None and not got:
+            got.append(loss_fn(x, y).item())
+            with torch.no_grad():
+                got.append((method.model(x), method.old_model(x)))
+        return real(batches, loss_fn, params, trainer)
+
+    method.fit = spy
+    method.learn(uint8_experience((0, 1, 2), seed=0))
+    method.learn(uint8_experience((3,), seed=1))
+    loss, (new, old) = got
+    old_classes = [0, 1, 2]
+    target = F.softmax(old[:, old_classes] / T, 1)
+    kd = -(target * F.log_softmax(new[:, old_classes] / T, 1)).sum(1).mean()
+    w_ce, w_kd = weights(3 / 4)
+    expected = w_ce * hand_ce(new, y, [0, 1, 2, 3]) + w_kd * kd
+    assert loss == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_foster_boosting_loss_by_hand():
+    """PyCIL foster.py _feature_boosting: CE(logits / per_cls_weights) (logits adjustment with the beta_1
+    weights) + lambda_fe CE(fe_logits) + lambda_kd _KD_loss(logits[:, :old], old_logits, T)."""
+    from test_fidelity_exemplars import experience as uint8_experience, tiny_context
+    torch.manual_seed(0)
+    b1, T, fe_w, kd_w = 0.5, 2.0, 0.7, 1.9
+    foster = METHODS["foster"](tiny_context(memory_size=6, epochs=1), beta1=b1, temperature=T, fe_weight=fe_w,
+                               kd_weight=kd_w, compression_epochs=1)
+    foster.learn(uint8_experience((0, 1), seed=0, per_class=5))
+    x, y = torch.randn(4, 1, 2, 2, generator=gen(6)), torch.tensor([2, 3, 0, 3])
+    got = {}
+    real = foster.fit
+
+    def spy(batches, loss_fn=None, params=None, trainer=None):
+        if getattr(loss_fn, "__name__", "") == "boosting_loss":
+            got["loss"] = loss_fn(x, y).item()
+            with torch.no_grad():
+                old_f, new_f = foster.model.branch_features(x)
+                got["full"] = foster.model.head(torch.cat([old_f, new_f], 1))[:, :4]
+                got["fe"] = foster.fe_head(new_f)[:, :4]
+                got["old"] = foster.old_head(old_f)[:, :2]
+        return real(batches, loss_fn, params, trainer)
+
+    foster.fit = spy
+    foster.learn(uint8_experience((2, 3), seed=1, per_class=5))
+    n = torch.tensor([3.0, 3.0, 5.0, 5.0], dtype=torch.float64)       # 3 exemplars of 0, 1; 5 images of 2, 3
+    w1 = (1 - b1) / (1 - b1 ** n)
+    w1 = (w1 / w1.sum() * 4).float()
+    target = F.softmax(got["old"] / T, 1)
+    kd = -(target * F.log_softmax(got["full"][:, :2] / T, 1)).sum(1).mean()
+    expected = hand_ce(got["full"] / w1, y) + fe_w * hand_ce(got["fe"], y) + kd_w * kd
+    assert got["loss"] == pytest.approx(expected.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("adaptive, expected", [(True, 2.0), (False, 1.0)])
+def test_podnet_adaptive_factor_is_sqrt_of_seen_over_new_classes(adaptive, expected):
+    """PODNet sec. 3 / PyCIL podnet.py: lambda_c and lambda_f are scaled by sqrt(|C_1:t| / |C_t|):
+    classes (0, 1, 2) then (3): sqrt(4 / 1) = 2 (the old classes alone would give sqrt(3))."""
+    from test_fidelity_exemplars import experience as uint8_experience, tiny_context
+    torch.manual_seed(0)
+    podnet = METHODS["podnet"](tiny_context(num_classes=5, epochs=1), adaptive_factor=adaptive, finetune_epochs=0)
+    podnet.learn(uint8_experience((0, 1, 2), seed=0))
+    assert podnet.factor == 1.0                                  # the first task distils nothing
+    podnet.learn(uint8_experience((3,), seed=1))
+    assert podnet.factor == pytest.approx(expected)
+
+
+def test_augmentation_draws_are_seeded_by_the_experience_seed():
+    """Experience's augmentation generator is derived from its seed (a run's seed and task): the same
+    seed gives the same views, another seed other views."""
+    from clharness.data.base import ArrayDataset, TensorData
+    ds = ArrayDataset(torch.randint(0, 256, (16, 3, 8, 8), dtype=torch.uint8, generator=gen(0)), torch.arange(16) % 2,
+                      list("ab"))
+    views = []
+    for seed in (0, 0, 1):
+        data = TensorData(ds, [0.5] * 3, [0.25] * 3, recipe=A.get("cifar"))
+        exp = clh.Experience(data, (0, 1), None, batch_size=16, seed=seed)
+        views.append(exp.augment(data.prepare(data.images)))
+    assert torch.equal(views[0], views[1]) and not torch.equal(views[0], views[2])
+
+
+def test_cwr_past_weight_is_the_square_root_of_past_over_current_counts():
+    """Avalanche cwr_star.py:82-88: w_past = sqrt(past_j / cur_j), cw = (cw w_past + (tw - mean)) / (w_past + 1),
+    past_j += cur_j. Class 0 seen with 10 samples, then with 40: w_past = sqrt(10 / 40) = 0.5."""
+    from clharness.toolkit.backbones import MLP
+    cwr = METHODS["cwr"](ctx(backbone=lambda: MLP((1, 2, 2), hidden=2, layers=1)))
+    classes = torch.tensor([0])
+    with torch.no_grad():
+        cwr.model.head.weight[classes] = torch.tensor([[2.0, 4.0]])      # mean 3: cw = [-1, 1]
+    cwr.consolidate_classes(classes, torch.tensor([10.0]))
+    with torch.no_grad():
+        cwr.model.head.weight[classes] = torch.tensor([[0.0, 6.0]])      # mean 3: tw - mean = [-3, 3]
+    cwr.consolidate_classes(classes, torch.tensor([40.0]))
+    expected = (torch.tensor([[-1.0, 1.0]]) * 0.5 + torch.tensor([[-3.0, 3.0]])) / 1.5
+    torch.testing.assert_close(cwr.cw_weight[classes], expected)
+    assert cwr.past[0].item() == 50.0

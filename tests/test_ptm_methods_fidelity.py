@@ -188,6 +188,22 @@ def test_hide_prompt_configs_are_the_authors_scripts(config, expected):
     assert hide.e_prompts.shape[3] == expected["prompt_length"]
 
 
+
+def test_hide_prompt_contrastive_regulariser_by_hand(data):
+    """hide_promtp_wtp_and_tap_engine.py's reg term: rows M = [old class means; batch features],
+    S = M Mᵀ / 0.8, cross-entropy of row i against class i, batch mean."""
+    method = METHODS["hide_prompt"](context(epochs=1), **HIDE)
+    g = torch.Generator().manual_seed(1)
+    means = torch.randn(2, 192, generator=g) / 14     # norms ~1: S is not dominated by its diagonal
+    method.instructed.means = {0: means[0], 1: means[1]}
+    feats = torch.randn(3, 192, generator=g) / 14
+    M = torch.cat([means, feats])
+    S = M @ M.T / 0.8
+    expected = (torch.logsumexp(S, 1) - S.diagonal()).mean()
+    torch.testing.assert_close(method.contrastive(feats), expected, rtol=1e-5, atol=1e-5)
+    S1 = M @ M.T                                       # another temperature gives another loss here
+    assert abs((torch.logsumexp(S1, 1) - S1.diagonal()).mean() - expected) > 1e-2
+
 # ------------------------------------------------------------------------------- L2P and DualPrompt
 def by_hand_l2p_features(method, x, idx):
     """The reference forward: [CLS] + pos[0], the selected prompts + pos[0] (the resized pos_embed
