@@ -100,5 +100,6 @@ def test_timm_checkpoint_of_another_model_is_an_error(tmp_path):
     timm = pytest.importorskip("timm")
     path = tmp_path / "resnet.pth"
     torch.save(timm.create_model("resnet18", num_classes=0).state_dict(), path)
-    with pytest.raises(RuntimeError, match="Missing keys"):
+    from clharness.toolkit.backbones import WeightsMismatch   # refused as other weights (issue 39 item 7)
+    with pytest.raises(WeightsMismatch, match="another architecture.*Missing keys"):
         BUILTIN_BACKBONES["timm"]((3, 32, 32), model="vit_tiny_patch16_224", checkpoint=str(path))
