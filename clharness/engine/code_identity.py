@@ -99,6 +99,13 @@ def _imported_names(tree: ast.AST, module: str, is_package: bool) -> list[str]:
     return names
 
 
+@lru_cache(maxsize=4096)
+def _imports(path: str, size: int, mtime_ns: int, module: str) -> tuple[str, ...]:
+    """``_imported_names`` of a file, once per path, size, modification time and module name."""
+    tree = _tree(path, size, mtime_ns)
+    return tuple(_imported_names(tree, module, Path(path).name == "__init__.py")) if tree is not None else ()
+
+
 def _locate(name: str) -> Path | None:
     """The source file of module ``name``: the imported module's, else where the import system
     would find it (None: not a module, a built-in, or not findable)."""
@@ -128,6 +135,7 @@ def _distributions() -> dict[str, list[str]]:
     return packages_distributions()
 
 
+@lru_cache(maxsize=None)
 def _distribution(top: str) -> str | None:
     """``name==version`` of the installed distribution providing top-level module ``top``."""
     from importlib.metadata import PackageNotFoundError, version
@@ -151,10 +159,7 @@ def import_closure(method_cls) -> tuple[list[Path], list[str]]:
         if path in files:
             continue
         files[path] = None
-        tree = _tree(str(path), *_stat(path))
-        if tree is None:
-            continue
-        for name in _imported_names(tree, module, path.name == "__init__.py"):
+        for name in _imports(str(path), *_stat(path), module):
             top = name.split(".")[0]
             if top in _STDLIB:
                 continue
