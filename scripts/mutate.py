@@ -812,6 +812,22 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("hide-contrastive-temperature-1", "methods/hide_prompt.py",
              "S = M @ M.T / 0.8", "S = M @ M.T / 1.0",
              ("tests/test_ptm_methods_fidelity.py::test_hide_prompt_contrastive_regulariser_by_hand",)),
+    Mutation("mas-lambda-dropped", "methods/mas.py",
+             'loss = loss + self.hp["mas_lambda"] * anchored_penalty(', "loss = loss + anchored_penalty(",
+             ("tests/test_knobs.py::test_mas_penalty_is_lambda_times_importance_weighted_squared_drift",)),
+    Mutation("der-aux-weight-dropped", "methods/der.py",
+             'loss = loss + self.hp["aux_weight"] * F.cross_entropy(aux,', "loss = loss + F.cross_entropy(aux,",
+             ("tests/test_knobs.py::test_der_auxiliary_loss_is_weighted_and_targets_old_classes_as_zero",)),
+    Mutation("der-aux-targets-from-zero", "methods/der.py",
+             "torch.arange(1, len(self.labels.tasks[-1]) + 1, device=y.device)",
+             "torch.arange(0, len(self.labels.tasks[-1]), device=y.device)",
+             ("tests/test_knobs.py::test_der_auxiliary_loss_is_weighted_and_targets_old_classes_as_zero",)),
+    Mutation("l2p-pull-lambda-dropped", "methods/l2p.py",
+             'return ce + self.hp["pull_lambda"] * (1 - sim).sum(1).mean()', "return ce + (1 - sim).sum(1).mean()",
+             ("tests/test_ptm_methods_fidelity.py::test_l2p_pull_term_is_lambda_times_the_selected_keys_cosine_distance",)),
+    Mutation("bic-validation-share-fixed", "methods/bic.py",
+             'int(self.hp["split_ratio"] * self.context.memory_size', "int(0.5 * self.context.memory_size",
+             ("tests/test_knobs.py::test_bic_holds_out_split_ratio_of_the_memory_per_old_class_for_every_class",)),
 )
 
 

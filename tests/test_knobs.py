@@ -487,3 +487,60 @@ def test_cwr_past_weight_is_the_square_root_of_past_over_current_counts():
     expected = (torch.tensor([[-1.0, 1.0]]) * 0.5 + torch.tensor([[-3.0, 3.0]])) / 1.5
     torch.testing.assert_close(cwr.cw_weight[classes], expected)
     assert cwr.past[0].item() == 50.0
+
+
+# --- loss weights: each term scaled by its own hyperparameter ---------------------------------------------
+
+def test_mas_penalty_is_lambda_times_importance_weighted_squared_drift():
+    """MAS (Aljundi et al. 2018, eq. 3-4; Avalanche MASPlugin): L = CE + lambda sum_i Omega_i (theta_i - theta*_i)^2."""
+    torch.manual_seed(0)
+    mas = METHODS["mas"](ctx(), mas_lambda=3.0)
+    name, p = next(iter(mas.model.named_parameters()))
+    omega = torch.rand(p.shape, generator=gen(1))
+    anchor = p.detach() + 0.5 * torch.randn(p.shape, generator=gen(2))
+    x, y = torch.randn(4, 1, 2, 2, generator=gen(3)), torch.tensor([0, 1, 2, 3])
+    plain = mas.loss(x, y).item()
+    mas.importance, mas.anchor = {name: omega}, {name: anchor}
+    penalty = (omega * (p.detach() - anchor) ** 2).sum().item()
+    assert mas.loss(x, y).item() - plain == pytest.approx(3.0 * penalty, rel=1e-5)
+
+
+def test_der_auxiliary_loss_is_weighted_and_targets_old_classes_as_zero():
+    """DER (Yan et al. 2021, eq. 7; PyCIL der.py): L = L_{H_t} + lambda_a CE(aux(u_t), y_a), y_a = 0 for every
+    old class and 1..|Y_t| for the new task's classes (in task order)."""
+    from test_fidelity_exemplars import experience as uint8_experience, tiny_context
+    torch.manual_seed(0)
+    der = METHODS["der"](tiny_context(epochs=1), aux_weight=2.5)
+    der.learn(uint8_experience((0, 1), seed=0))
+    x, y = torch.randn(4, 1, 2, 2, generator=gen(4)), torch.tensor([2, 3, 0, 1])
+    got = []
+    real = der.fit
+
+    def spy(batches, loss_fn=None, params=None, trainer=None):
+        if not got:
+            full = (loss_fn or der.loss)(x, y).item()
+            with torch.no_grad():
+                aux = der.aux_head(der.model.branch_features(x)[-1])
+            der.hp["aux_weight"] = 0.0
+            got.append((full, (loss_fn or der.loss)(x, y).item(), aux))
+            der.hp["aux_weight"] = 2.5
+        return real(batches, loss_fn, params, trainer)
+
+    der.fit = spy
+    der.learn(uint8_experience((2, 3), seed=1))
+    full, without, aux = got[0]
+    y_aux = [1, 2, 0, 0]
+    assert full - without == pytest.approx(2.5 * hand_ce(aux, torch.tensor(y_aux)).item(), rel=1e-5)
+
+
+def test_bic_holds_out_split_ratio_of_the_memory_per_old_class_for_every_class():
+    """BiC (Wu et al. 2019, sec. 4.2; PyCIL bic.py): the validation set takes split_ratio x memory / old
+    classes samples of every class, old and new: 0.2 x 20 / 2 = 2 each (one row always stays to train)."""
+    from test_fidelity_exemplars import experience as uint8_experience, tiny_context
+    torch.manual_seed(0)
+    bic = METHODS["bic"](tiny_context(memory_size=20, epochs=1), split_ratio=0.2)
+    bic.learn(uint8_experience((0, 1), seed=0, per_class=5))
+    bic.known = [0, 1]
+    (tx, ty), (vx, vy) = bic.split(uint8_experience((2, 3), seed=1, per_class=10))
+    assert torch.bincount(vy, minlength=4).tolist() == [2, 2, 2, 2]
+    assert len(ty) + len(vy) == 10 + 20                               # 2 x 5 exemplars + 2 x 10 new images

@@ -360,6 +360,22 @@ def test_pgp_pca_stacks_the_input_and_prompt_parts_up_to_twice_the_components(da
     pgp.remember(exps[1], prompts)
     assert pgp.prompt_space.basis.shape[1] - first == 4             # 2 input + 2 prompt directions, stacked
 
+
+def test_l2p_pull_term_is_lambda_times_the_selected_keys_cosine_distance(data):
+    """L2P eq. 5: L = CE + lambda sum_{i in K_x} gamma(q(x), k_{s_i}), gamma = 1 - cosine, over the top-N keys,
+    mean over the batch."""
+    exps = experiences(data)
+    method = METHODS["l2p"](context(epochs=1), lr=0.01, pool_size=6, top_n=2, prompt_length=3, pull_lambda=0.7)
+    method.labels.add(exps[0])
+    x, y = next(exps[0].batches(5, shuffle=False, augment=False))
+    with torch.no_grad():
+        full = method.loss(x, y).item()
+        method.hp["pull_lambda"] = 0.0
+        plain = method.loss(x, y).item()
+        cos = F.normalize(method.frozen(x), dim=1) @ F.normalize(method.pool.keys, dim=1).T
+        pull = (1 - cos.topk(2, dim=1).values).sum(1).mean().item()
+    assert full - plain == pytest.approx(0.7 * pull, rel=1e-4)
+
 # --------------------------------------------------------------------------------------------- RanPAC
 def test_ranpac_ssf_first_phase_scales_and_shifts_every_operation_then_freezes(data):
     """RanPAC/RanPAC args/imagenetr_publish.csv: model ssf, pretrained_vit_b16_224_ssf: phase 1
