@@ -828,6 +828,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("bic-validation-share-fixed", "methods/bic.py",
              'int(self.hp["split_ratio"] * self.context.memory_size', "int(0.5 * self.context.memory_size",
              ("tests/test_knobs.py::test_bic_holds_out_split_ratio_of_the_memory_per_old_class_for_every_class",)),
+    Mutation("gtep-configuration-score-median", "clharness/benchmarks/gtep/selection.py",
+             "return float(np.mean([hmean_score(r) for r in records]))", "return float(np.median([hmean_score(r) for r in records]))",
+             ("tests/test_knobs.py::test_gtep_configuration_score_is_the_mean_of_the_trials_harmonic_means",)),
 )
 
 

@@ -544,3 +544,15 @@ def test_bic_holds_out_split_ratio_of_the_memory_per_old_class_for_every_class()
     (tx, ty), (vx, vy) = bic.split(uint8_experience((2, 3), seed=1, per_class=10))
     assert torch.bincount(vy, minlength=4).tolist() == [2, 2, 2, 2]
     assert len(ty) + len(vy) == 10 + 20                               # 2 x 5 exemplars + 2 x 10 new images
+
+
+def test_gtep_configuration_score_is_the_mean_of_the_trials_harmonic_means():
+    """GTEP Alg. 2 lines 9-10: P_s = H(Acc_s, AvgAcc_s) per trial, P_r = 1/S sum_s P_s (a mean, not a median)."""
+    from clharness.benchmarks.gtep.selection import config_score
+    pairs = [(0.2, 0.4), (0.3, 0.3), (0.9, 0.8)]
+    records = [RunRecord("s", "sc", "m", seed, status="passed", key=str(seed),
+                         metrics={"final_acc": a, "avg_inc_acc": b}) for seed, (a, b) in enumerate(pairs)]
+    hm = [2 * a * b / (a + b) for a, b in pairs]                    # 0.2667, 0.3, 0.8471
+    assert config_score(records) == pytest.approx(sum(hm) / 3)
+    acc, avg = sum(a for a, _ in pairs) / 3, sum(b for _, b in pairs) / 3
+    assert config_score(records, "hmean-of-means") == pytest.approx(2 * acc * avg / (acc + avg))
