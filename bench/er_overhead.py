@@ -6,6 +6,20 @@ hand-written PyTorch loop, side by side in one process, same data, budgets and e
     python bench/er_overhead.py --augment cifar   # both sides augment every training batch alike
     python bench/er_overhead.py --processes 7     # 7 fresh interpreters: median and range of their ratios
     python bench/er_overhead.py --threads 1       # steadiest on a small shared CPU
+    python bench/er_overhead.py --workloads fmnist-mlp --repeats 3   # real size: Fashion-MNIST, 60,000 images
+    /work/venv-parity/bin/python bench/er_overhead.py --workloads fmnist-mlp --avalanche --rss
+        # also Avalanche 0.6's wall time on the same er and ewc runs, and a session's peak resident memory
+
+Real size (issue 40): ``fmnist-mlp`` is split Fashion-MNIST's class-incremental scenario at full size
+(60,000 train / 10,000 test images from the data root or Debian's dataset-fashion-mnist; MLP 2x400,
+batch 128, memory 1,000, one epoch a task). ``--avalanche`` times Avalanche's Naive + class-balanced
+ReplayPlugin and its EWC (mode "separate", minibatch Fisher, lambda halved: its penalty has no 1/2)
+against our er and ewc (ewc_mode "separate", ewc_fisher "minibatch") on the same normalised tensors,
+initial weights, optimizer and budgets, both evaluating every task after every task; Avalanche's clock
+starts at its benchmark built from the already normalised float tensors (its best case). ``--rss``
+runs one split-fmnist case in a fresh interpreter and compares its peak resident memory above the
+interpreter with torch and clharness imported against the bytes the run must hold: the uint8 images,
+the model and the memory buffer.
 
 Both sides train task by task (SGD + momentum, batch of current data + an equal-size replay
 batch from a class-balanced memory filled after each task) and fill the full accuracy matrix
@@ -53,6 +67,9 @@ WORKLOADS = {
     "digits-mlp": ScenarioSpec(name="digits-mlp", dataset="digits", tasks=5, epochs=5, batch_size=32,
                                memory_size=200, backbone="mlp"),
     # 3x32x32 images and a conv net: where real benchmarks spend their time
+    # real size: split Fashion-MNIST class-incremental, 60,000 images (suites/split-fmnist.toml, 1 epoch)
+    "fmnist-mlp": ScenarioSpec(name="fmnist-mlp", dataset="fashion-mnist", tasks=5, epochs=1, batch_size=128,
+                               memory_size=1000, backbone="mlp", backbone_options={"hidden": 400, "layers": 2}),
     "synthetic-resnet": ScenarioSpec(name="synthetic-resnet", dataset="synthetic", tasks=5, epochs=1,
                                      batch_size=32, memory_size=200, backbone="resnet18-reduced",
                                      dataset_options={"image_size": 32, "channels": 3, "train_per_class": 100,
@@ -137,11 +154,135 @@ def harness_er(spec, harness, seed, device) -> tuple[float, float, float]:
     return time.perf_counter() - t0, record.metrics["final_acc"], record.train_seconds + record.eval_seconds
 
 
+# ------------------------------------------------------------------------- Avalanche on the same runs
+AVALANCHE_HP = {"er": {"optimizer": "sgd", "lr": 0.1, "momentum": 0.0, "buffer": "class-balanced"},
+                # Adam (ewc's default): SGD at lr 0.1 diverges under the penalty on Fashion-MNIST
+                "ewc": {"optimizer": "adam", "lr": 0.001, "ewc_lambda": 200.0, "ewc_mode": "separate",
+                        "ewc_fisher": "minibatch"}}
+
+
+def _scenario_tensors(spec, harness, seed, device):
+    """The built scenario's tasks as float tensors (what Avalanche's tensors_benchmark takes) and its
+    global class ids per task: the same images, order and normalisation as the harness side."""
+    scenario = build_scenario(spec, harness.datasets, seed, device)
+
+    def whole(data):
+        xs, ys = zip(*data.batches(4096))
+        return torch.cat(xs), torch.cat(ys)
+    return [whole(t.train) for t in scenario.tasks], [whole(t.test) for t in scenario.tasks], scenario
+
+
+def harness_method(spec, harness, seed, device, method) -> float:
+    t0 = time.perf_counter()
+    record = run_case(Case("bench", spec, method, seed, dict(AVALANCHE_HP[method])), harness, device)
+    assert record.status == "passed", record.message
+    return time.perf_counter() - t0, record.metrics["final_acc"]
+
+
+def avalanche_method(spec, harness, seed, device, method, prepared) -> float:
+    """Avalanche 0.6's strategy for ``method`` on the prepared tensors: train each experience, then
+    evaluate the whole test stream (the harness's accuracy matrix row), as run_case does."""
+    from avalanche.benchmarks.scenarios.deprecated.generators import tensors_benchmark
+    from avalanche.training import plugins as avl_plugins, storage_policy, supervised as avl
+    from avalanche.training.plugins import EvaluationPlugin
+    from avalanche.evaluation.metrics import accuracy_metrics
+    train, test, scenario = prepared
+    t0 = time.perf_counter()
+    bench = tensors_benchmark(train_tensors=train, test_tensors=test, task_labels=[0] * len(train))
+    seed_everything(seed)
+    backbone = harness.backbones[spec.backbone](tuple(train[0][0].shape[1:]), **spec.backbone_options)
+    model = clh.Classifier(backbone, len(scenario.class_names)).to(device)
+    hp = AVALANCHE_HP[method]
+    optimizer = torch.optim.Adam(model.parameters(), lr=hp["lr"]) if hp["optimizer"] == "adam" else \
+        torch.optim.SGD(model.parameters(), lr=hp["lr"], momentum=hp["momentum"])
+    common = dict(train_mb_size=spec.batch_size, train_epochs=spec.epochs, eval_mb_size=spec.eval_batch_size,
+                  device=device, evaluator=EvaluationPlugin(accuracy_metrics(experience=True, stream=True),
+                                                            loggers=[]))
+    if method == "er":
+        replay = avl_plugins.ReplayPlugin(mem_size=spec.memory_size,
+                                          storage_policy=storage_policy.ClassBalancedBuffer(spec.memory_size))
+        strategy = avl.Naive(model, optimizer, torch.nn.CrossEntropyLoss(), plugins=[replay], **common)
+    else:   # Avalanche's penalty is lambda * sum F (theta - theta*)^2: half of ours at the same lambda
+        strategy = avl.EWC(model, optimizer, torch.nn.CrossEntropyLoss(), ewc_lambda=hp["ewc_lambda"] / 2,
+                           mode="separate", **common)
+    for experience in bench.train_stream:
+        strategy.train(experience, num_workers=0)
+        results = strategy.eval(bench.test_stream, num_workers=0)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0, float(results["Top1_Acc_Stream/eval_phase/test_stream/Task000"])
+
+
+def avalanche_rows(spec, harness, device, repeats):
+    prepared = _scenario_tensors(spec, harness, 0, device)
+    rows = []
+    for method in ("er", "ewc"):
+        harness_method(spec, harness, 0, device, method), avalanche_method(spec, harness, 0, device, method, prepared)
+        ours, theirs, acc_o, acc_a = [], [], [], []
+        for rep in range(repeats):   # interleaved, alternating order
+            for side in ((0, 1) if rep % 2 == 0 else (1, 0)):
+                gc.collect()
+                if side == 0:
+                    seconds, acc = harness_method(spec, harness, 0, device, method)
+                    ours.append(seconds)
+                    acc_o.append(acc)
+                else:
+                    seconds, acc = avalanche_method(spec, harness, 0, device, method, prepared)
+                    theirs.append(seconds)
+                    acc_a.append(acc)
+        o, a = statistics.median(ours), statistics.median(theirs)
+        rows.append({"workload": spec.name, "method": method, "clharness_s": o, "avalanche_s": a, "ratio": a / o,
+                     "clharness_final_acc": statistics.mean(acc_o), "avalanche_final_acc": statistics.mean(acc_a)})
+    return rows
+
+
+# ------------------------------------------------------------------------------- peak resident memory
+RSS_CHILD = """
+import json, resource, sys, torch
+import clharness as clh
+from clharness.engine.runner import Case, pick_device, run_case
+from clharness.engine.suites import load_suite, with_overrides
+from clharness.data import load_split
+torch.set_num_threads({threads})
+harness = clh.Harness()
+def rss():   # current resident set, bytes
+    return int(open('/proc/self/statm').read().split()[1]) * resource.getpagesize()
+base = rss()
+spec = {{s.name: s for s in load_suite(harness.suites['split-fmnist']).scenarios}}['ci-5x2']
+spec = with_overrides(spec, epochs=1)
+record = run_case(Case('split-fmnist', spec, 'er', 0, {{}}), harness, pick_device('cpu'))
+assert record.status == 'passed', record.message
+source = harness.datasets['fashion-mnist']()
+source.name = 'fashion-mnist'
+images = sum(load_split(source, None, train).images.numel() for train in (True, False))
+params = sum(p.numel() for p in harness.backbones['mlp']((1, 28, 28), hidden=400, layers=2).parameters()) + 401 * 10
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+json.dump({{"base": base, "peak": peak, "images": images, "model": 4 * params, "buffer": spec.memory_size * 784,
+           "final_acc": record.metrics["final_acc"]}}, sys.stdout)
+"""
+
+
+def session_rss(threads: int) -> dict:
+    """One split-fmnist case (ci-5x2, er, one epoch a task, full data) in a fresh interpreter."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", RSS_CHILD.format(threads=threads or torch.get_num_threads())],
+                         check=True, capture_output=True, text=True)
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    figures["needed"] = figures["images"] + figures["model"] + figures["buffer"]
+    figures["above_base"] = figures["peak"] - figures["base"]
+    figures["ratio"] = figures["above_base"] / figures["needed"]
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    parser.add_argument("--workloads", nargs="+", default=["digits-mlp", "synthetic-resnet"], choices=list(WORKLOADS))
+    parser.add_argument("--avalanche", action="store_true",
+                        help="also Avalanche 0.6 / clharness wall time on the same er and ewc runs (needs avalanche-lib)")
+    parser.add_argument("--rss", action="store_true", help="also a split-fmnist case's peak resident memory")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--augment", default="none", choices=["none", "cifar"],
                         help="augmentation recipe on both sides (the plain loop uses the same batched ops)")
@@ -194,9 +335,29 @@ def main() -> None:
                      f"{r['harness_final_acc']:.3f}"] for r in rows],
                    headers=["workload", "device", "plain s (median)", "clharness s (median)", "ratio",
                             "overhead", "plain final acc", "clharness final acc"], tablefmt="github"))
+    extra = {}
+    if args.avalanche:
+        extra["avalanche"] = []
+        for name in args.workloads:
+            extra["avalanche"] += avalanche_rows(with_overrides(WORKLOADS[name], augment=args.augment), harness,
+                                                 device, args.repeats)
+        print(tabulate([[r["workload"], r["method"], f"{r['clharness_s']:.2f}", f"{r['avalanche_s']:.2f}",
+                         f"{r['ratio']:.2f}", f"{r['clharness_final_acc']:.3f}", f"{r['avalanche_final_acc']:.3f}"]
+                        for r in extra["avalanche"]],
+                       headers=["workload", "method", "clharness s (median)", "avalanche 0.6 s (median)",
+                                "avalanche / clharness", "clharness final acc", "avalanche final acc"],
+                       tablefmt="github"))
+    if args.rss:
+        r = extra["rss"] = session_rss(args.threads)
+        mib = 2 ** 20
+        print(f"split-fmnist ci-5x2 er (1 epoch a task, 60,000 images): peak RSS {r['peak'] / mib:.0f} MiB, "
+              f"{r['base'] / mib:.0f} MiB with torch and clharness imported before any data; above that "
+              f"{r['above_base'] / mib:.1f} MiB against {r['needed'] / mib:.1f} MiB needed (uint8 images "
+              f"{r['images'] / mib:.1f} + model {r['model'] / mib:.1f} + buffer {r['buffer'] / mib:.2f}): "
+              f"{r['ratio']:.2f}x")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=1)
+            json.dump({"rows": rows, **extra} if extra else rows, fh, indent=1)
 
 
 def across_processes(args) -> None:
