@@ -831,6 +831,27 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("gtep-configuration-score-median", "clharness/benchmarks/gtep/selection.py",
              "return float(np.mean([hmean_score(r) for r in records]))", "return float(np.median([hmean_score(r) for r in records]))",
              ("tests/test_knobs.py::test_gtep_configuration_score_is_the_mean_of_the_trials_harmonic_means",)),
+    # issue 40: real data (Fashion-MNIST's gzip files in place, the copies' order) and the three-scenario suites
+    Mutation("idx-gzip-read-raw", "clharness/data/torchvision_sources.py",
+             'opener = gzip.open if path.name.endswith(".gz") else open', "opener = open",
+             ("tests/test_data_mnist_copies.py::test_read_idx_gzip_equals_raw_and_known_bytes",)),
+    Mutation("mnist-system-copy-before-data-root", "clharness/data/torchvision_sources.py",
+             'return places + [("system copy", Path(folder)) for folder in self.system_folders]',
+             'return [("system copy", Path(folder)) for folder in self.system_folders] + places',
+             ("tests/test_data_mnist_copies.py::test_data_root_comes_before_the_system_copy",)),
+    Mutation("fetch-downloads-over-a-present-copy", "clharness/data/fetch.py",
+             'found = source.locate(root) if hasattr(source, "locate") else None', "found = None",
+             ("tests/test_data_mnist_copies.py::test_fetch_downloads_nothing_when_a_copy_is_there",)),
+    Mutation("fetch-checksum-failure-escapes", "clharness/data/fetch.py",
+             "except (RuntimeError, FileNotFoundError) as exc:", "except RuntimeError as exc:",
+             ("tests/test_data_mnist_copies.py::test_fetch_verifies_torchvision_checksums",)),
+    Mutation("domain-split-labels-not-by-order", "clharness/benchmarks/domains/kind.py",
+             "return ArrayDataset(ds.images[index], position[index] - t * k, classes, ds.name)",
+             "return ArrayDataset(ds.images[index], ds.labels[index] - t * k, classes, ds.name)",
+             ("tests/test_split_fmnist_suites.py::test_split_shift_seed_order_is_a_partition_that_changes_with_the_seed",)),
+    Mutation("scenario-hparams-ignored-by-load-case", "clharness/engine/api.py",
+             "specs[scenario].hparams.get(method, {}), hparams or {}))", "{}, hparams or {}))",
+             ("tests/test_split_fmnist_suites.py::test_scenario_hparams_override_the_suite_table_per_scenario",)),
 )
 
 
