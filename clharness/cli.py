@@ -111,6 +111,23 @@ def _add_store(sub) -> None:
     export.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                         help="import MODULE as a clharness plugin (the records' methods)")
     export.set_defaults(handler=export_command)
+    lst = store_sub.add_parser("list", help="suite / scenario / method / configuration: seeds, dates, code, budget, stale")
+    lst.add_argument("results", metavar="RESULTS", help="the SQLite results store")
+    lst.set_defaults(handler=store_command)
+    rm = store_sub.add_parser("rm", help="remove the selected records (prints them; removes only with --yes)",
+                              description="Every given filter must hold; a repeated name flag takes any of its names. "
+                                          "Safe while a session writes to the store (short transactions).")
+    rm.add_argument("results", metavar="RESULTS", help="the SQLite results store")
+    for flag in ("method", "suite", "scenario"):
+        rm.add_argument(f"--{flag}", action="append", default=[], metavar="NAME", help=f"only this {flag} (repeatable)")
+    rm.add_argument("--stale", action="store_true", help="only records a newer run of the same case by other code superseded")
+    rm.add_argument("--quick", action="store_true", help="only records made under --clh-quick")
+    rm.add_argument("--older-than", metavar="AGE", help="only records finished more than AGE ago (30d, 12h, 2w)")
+    rm.add_argument("--yes", action="store_true", help="really remove them (without it: print what would go)")
+    rm.set_defaults(handler=store_command)
+    vac = store_sub.add_parser("vacuum", help="give removed records' space back to the file system")
+    vac.add_argument("results", metavar="RESULTS", help="the SQLite results store")
+    vac.set_defaults(handler=store_command)
 
 
 def _add_verify(sub) -> None:
@@ -186,6 +203,42 @@ def export_command(args: argparse.Namespace) -> int:
         return 2
     print(f"wrote {out}: the records of suite {args.suite} with their key inputs, scorecard and suite file; "
           f"check it anywhere with: clharness verify {out} --sample N")
+    return 0
+
+
+def store_command(args: argparse.Namespace) -> int:
+    """``clharness store list|rm|vacuum RESULTS``."""
+    from .reporting.report import ReportError, load_records
+    from .reporting.store_admin import Selection, SelectionError, listing, parse_age
+    from .results import ResultsStore, StoreError
+    try:
+        records = load_records(args.results)   # checks the file is a store; never creates one
+        if args.store_command == "list":
+            print(listing(records))
+            return 0
+        if args.store_command == "vacuum":
+            with ResultsStore(args.results) as store:
+                store.vacuum()
+            print(f"vacuumed {args.results}")
+            return 0
+        selection = Selection(args.method, args.suite, args.scenario, args.stale, args.quick,
+                              parse_age(args.older_than) if args.older_than else None)
+        if selection.empty():
+            print("clharness store rm: select records with --method, --suite, --scenario, --stale, --quick or "
+                  "--older-than (nothing is removed without a filter)", file=sys.stderr)
+            return 2
+        chosen = selection.select(records)
+        for r in chosen:
+            print(f"{'remove' if args.yes else 'would remove'} {r.case_id} {r.key}")
+        if args.yes:
+            with ResultsStore(args.results) as store:
+                removed = store.delete([r.key for r in chosen])
+            print(f"removed {removed} record(s) from {args.results}")
+        else:
+            print(f"{len(chosen)} record(s) selected; nothing removed (add --yes to remove them)")
+    except (ReportError, StoreError, SelectionError, OSError) as exc:
+        print(f"clharness store {args.store_command}: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -63,6 +63,7 @@ class RunRecord:
     code_digest: str = ""
     git_commit: str = ""
     session: str = ""                       # the pytest session that ran it (gates wait for these)
+    budget: str = ""                        # "quick" (--clh-quick) or "full"; "" in records made before it was kept
     started_at: float = 0.0
     finished_at: float = 0.0
     selection: dict[str, Any] = field(default_factory=dict)   # hyperparameters chosen for it (hparam_selection)
@@ -105,6 +106,71 @@ def _nan_to_none(obj):
     if isinstance(obj, (list, tuple)):
         return [_nan_to_none(v) for v in obj]
     return obj
+
+
+# --- configurations: the rows of every report ---------------------------------------------
+
+# What a record's key holds except the seed (and the suite/scenario/method that name the case): records
+# that agree on all of these are seeds of one configuration; any difference makes another row.
+CONFIGURATION_FIELDS = ("budget", "code_digest", "hparams", "method_version", "versions", "weights",
+                        "cpu_threads", "device_type", "dataset")
+
+
+def configuration_fields(record: RunRecord) -> dict[str, Any]:
+    """The configuration a record belongs to (``CONFIGURATION_FIELDS``), as plain JSON values."""
+    return {"budget": record.budget, "code_digest": record.code_digest, "hparams": dict(record.hparams),
+            "method_version": record.method_version, "versions": dict(record.versions),
+            "weights": record.weights, "cpu_threads": int(record.cpu_threads or 1),
+            "device_type": (record.device or "cpu").split(":")[0], "dataset": record.dataset}
+
+
+def configuration_id(record: RunRecord) -> str:
+    """A short id of the record's configuration (same id = seeds of one row)."""
+    blob = json.dumps({"case": [record.suite, record.scenario, record.method], **configuration_fields(record)},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def configuration_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """How configuration ``a`` differs from ``b`` (``configuration_fields``), one phrase per difference:
+    "budget: quick vs full", "code digest: 1a2b3c4d vs 5e6f7a8b", "hparams lr: 0.1 vs 0.01"."""
+    out = []
+    for name in CONFIGURATION_FIELDS:
+        va, vb = a.get(name), b.get(name)
+        if va == vb:
+            continue
+        if isinstance(va, dict) or isinstance(vb, dict):
+            va, vb = va or {}, vb or {}
+            for k in sorted(set(va) | set(vb)):
+                if va.get(k) != vb.get(k):
+                    out.append(f"{name} {k}: {_shown(va.get(k))} vs {_shown(vb.get(k))}")
+        else:
+            out.append(f"{name.replace('_', ' ')}: {_shown(va)} vs {_shown(vb)}")
+    return out
+
+
+def _shown(value: Any) -> str:
+    return "(none)" if value in (None, "") else str(value)
+
+
+def configuration_label(record: RunRecord, reference: dict[str, Any] | None = None,
+                        current_code: str | None = None) -> str:
+    """A short human label of the record's configuration: its budget when quick, its code digest
+    (with "(stale)" when ``current_code`` is known and differs) when it differs from ``reference``
+    (the case's main row) or is stale, and the hyperparameters that differ from ``reference``."""
+    mine = configuration_fields(record)
+    parts = ["quick"] if mine["budget"] == "quick" else []
+    stale = bool(current_code) and mine["code_digest"] != current_code
+    if stale or (reference is not None and reference.get("code_digest") != mine["code_digest"]):
+        parts.append(f"code {mine['code_digest'][:6] or '?'}" + (" (stale)" if stale else ""))
+    if reference is not None:
+        ref_h = reference.get("hparams") or {}
+        parts += [f"{k}={mine['hparams'].get(k)}" for k in sorted(set(mine["hparams"]) | set(ref_h))
+                  if mine["hparams"].get(k) != ref_h.get(k)]
+        for name in ("method_version", "versions", "weights", "cpu_threads", "device_type", "dataset"):
+            if reference.get(name) != mine[name]:
+                parts.append(name.replace("_", " ") + ("" if isinstance(mine[name], dict) else f" {mine[name]}"))
+    return ", ".join(parts) or ("full" if mine["budget"] == "full" else "default")
 
 
 # --- the results store ---------------------------------------------------------------------
@@ -304,6 +370,26 @@ class ResultsStore:
 
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+
+    def delete(self, keys: Iterable[str], batch: int = 200) -> int:
+        """Remove the records of ``keys``, ``batch`` keys per short transaction, so a session writing
+        to the same store waits at most one batch; returns how many rows went."""
+        keys, removed = list(keys), 0
+        for start in range(0, len(keys), batch):
+            chunk = keys[start:start + batch]
+            with self._transaction() as db:
+                removed += db.execute(f"DELETE FROM runs WHERE key IN ({','.join('?' * len(chunk))})",
+                                      chunk).rowcount
+        return removed
+
+    def vacuum(self) -> None:
+        """Give the space of removed rows back to the file system (VACUUM waits for writers' locks)."""
+        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        self._db.execute("VACUUM")
+
+    def integrity(self) -> str:
+        """SQLite's ``PRAGMA integrity_check``: "ok" for a sound file."""
+        return "; ".join(row[0] for row in self._db.execute("PRAGMA integrity_check"))
 
     def close(self) -> None:
         """Checkpoint the WAL into the main file, then close: copying or uploading the .sqlite file

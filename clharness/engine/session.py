@@ -254,6 +254,7 @@ class Session:
     def keep(self, record: RunRecord) -> None:
         """Store a fresh record (one transaction: a crash later loses nothing) and tell the loggers."""
         record.session = self.session_id
+        record.budget = "quick" if self.options.quick else "full"   # a row of its own in reports
         self.store.put(record)
         self.harness.run_finished(record)
 
