@@ -52,6 +52,8 @@ def _add_report(sub) -> None:
                      help="metric columns (repeatable or comma-separated; default: "
                           "final_acc,avg_inc_acc,forgetting,bwt, the kinds' own metrics, train_seconds,memory_mb)")
     rep.add_argument("--suite", action="append", default=[], metavar="NAME", help="only this suite (repeatable)")
+    rep.add_argument("--scenario", action="append", default=[], metavar="NAME", help="only this scenario (repeatable)")
+    rep.add_argument("--method", action="append", default=[], metavar="NAME", help="only this method (repeatable)")
     rep.add_argument("--html", metavar="PATH", help="also write the HTML report to PATH")
     rep.add_argument("--figures", metavar="DIR",
                      help="also write every figure of the HTML report to DIR: matplotlib figures as PNG, SVG and PDF, "
@@ -339,9 +341,15 @@ def report_results(args: argparse.Namespace) -> int:
     columns = [c.strip() for arg in args.columns for c in arg.split(",") if c.strip()]
     try:
         records = load_records(args.results, args.suite)
+        records = [r for r in records if (not args.scenario or r.scenario in args.scenario)
+                   and (not args.method or r.method in args.method)]
+        if not records:
+            raise ReportError(f"no runs of scenario {args.scenario or 'any'} and method {args.method or 'any'} "
+                              f"in {args.results}; `clharness store list {args.results}` shows what it holds")
+        current = current_codes(records)
         columns = columns or default_columns(records)
         check_columns(records, columns)
-        print(render_text(records, columns, args.format))
+        print(render_text(records, columns, args.format, current=current))
         if args.format not in ("csv", "json"):   # csv/json stay one document
             from .kinds import report_sections
             from .plugins import Harness
@@ -353,16 +361,38 @@ def report_results(args: argparse.Namespace) -> int:
             source = str(Path(args.results).resolve())
             if args.html:
                 path = write_html(args.html, records, columns, source=source, make_harness=Harness,
-                                  workers=args.jobs, figures=args.figures)
+                                  workers=args.jobs, figures=args.figures, current=current)
             else:
                 path = write_figures(args.figures, records, columns, source=source, make_harness=Harness,
-                                     workers=args.jobs)
+                                     workers=args.jobs, current=current)
             print(f"wrote {path}" + (f" and its figures to {args.figures}" if args.figures else ""),
                   file=sys.stderr)   # stderr: stdout stays parseable csv/json
     except (ReportError, StoreError, OSError, RegistryError) as exc:
         print(f"clharness report: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def current_codes(records) -> dict[tuple[str, str, str], str]:
+    """(suite, scenario, method) -> the digest of the code this checkout would run it with (the engine's
+    code_identity), for the cases whose suite and method are registered here; a report's main row per
+    case is the configuration of that code (others are labelled, a stale one "(stale)")."""
+    from .engine.runner import _kind_file, code_digest
+    from .engine.suites import load_suite
+    from .kinds import install
+    from .plugins import Harness
+    harness, kinds, out = Harness(), {}, {}
+    install(harness.kinds)
+    for suite in sorted({r.suite for r in records}):
+        try:
+            kinds[suite] = {spec.name: spec.kind for spec in load_suite(harness.suites[suite]).scenarios}
+        except Exception:   # an unregistered or changed suite: its cases have no current code here
+            kinds[suite] = {}
+    for case in sorted({(r.suite, r.scenario, r.method) for r in records}):
+        kind = kinds[case[0]].get(case[1])
+        if kind is not None and case[2] in harness.methods:
+            out[case] = code_digest(harness.methods[case[2]], _kind_file(kind))
+    return out
 
 
 def data_command(args: argparse.Namespace) -> int:

@@ -133,3 +133,90 @@ def test_store_rm_method_with_a_concurrent_writer_removes_exactly_that_method(tm
     assert main(["store", "vacuum", str(path)]) == 0
     with ResultsStore(path) as store:
         assert len(store) == 50 + n
+
+
+# --- configurations are rows: every report format, the scorecard, compare ---------------------------
+
+def _three_configurations():
+    """One case: 3 full seeds of the current code (final acc 0.5, 0.6, 0.7), 2 quick seeds (0.2, 0.4),
+    1 full seed of stale code (0.9, the newest record)."""
+    out = []
+    for seed, acc in enumerate((0.5, 0.6, 0.7)):
+        out.append(rec("er", seed, code="cur0001", finished=100.0 + seed))
+        out[-1].metrics = {"final_acc": acc}
+    for seed, acc in enumerate((0.2, 0.4)):
+        out.append(rec("er", seed, budget="quick", code="cur0001", finished=200.0 + seed))
+        out[-1].metrics = {"final_acc": acc}
+    out.append(rec("er", 0, code="old9999", finished=300.0))
+    out[-1].metrics = {"final_acc": 0.9}
+    return out
+
+
+CURRENT = {("s", "sc", "er"): "cur0001"}
+
+
+def test_summary_rows_are_configurations_with_their_seeds_and_labels():
+    from clharness.reporting.scorecard import summarize
+    summary = summarize(_three_configurations(), ["final_acc"], current=CURRENT)
+    got = [(r.configuration, r.seeds, round(r.final_acc, 6), bool(r.main)) for r in summary.itertuples()]
+    assert got == [("full", 3, 0.6, True), ("quick", 2, 0.3, False), ("code old999 (stale)", 1, 0.9, False)]
+    # without the current code the newest full configuration leads (the stale one here: why fronts pass it)
+    assert summarize(_three_configurations(), ["final_acc"]).iloc[0].code_digest == "old9999"
+
+
+def test_every_report_format_shows_each_configuration_apart(tmp_path):
+    import json as _json
+    from clharness.reporting.report import build_html, render_text
+    from clharness.reporting.scorecard import write
+    records = _three_configurations()
+    md = render_text(records, ["final_acc"], "md", current=CURRENT)
+    latex = render_text(records, ["final_acc"], "latex", current=CURRENT)
+    csv = render_text(records, ["final_acc"], "csv", current=CURRENT)
+    html = build_html(records, ["final_acc"], current=CURRENT)
+    for text, seeds_of in ((md, lambda label: f"| {label}"), (latex, lambda label: f"& {label}")):
+        for label, n, acc in (("full", 3, "0.600"), ("quick", 2, "0.300"), ("code old999", 1, "0.900")):
+            line = next(line for line in text.splitlines() if seeds_of(label) in line)
+            assert f" {n} " in line and acc in line, (label, line)
+    import io
+    import pandas as pd
+    frame = pd.read_csv(io.StringIO(csv))
+    assert sorted(zip(frame.budget, frame.code_digest, frame.seeds)) == [
+        ("full", "cur0001", 3), ("full", "old9999", 1), ("quick", "cur0001", 2)]
+    for label in ("<td>quick", "<td>code old999", "<td>full"):
+        assert label in html
+    card = _json.loads(write(tmp_path / "card.json", records, ["final_acc"]).read_text())["summary"]
+    assert sorted((r["budget"], r["code_digest"], r["seeds"]) for r in card) == [
+        ("full", "cur0001", 3), ("full", "old9999", 1), ("quick", "cur0001", 2)]
+
+
+def test_compare_of_a_quick_and_a_full_scorecard_is_a_budget_mismatch(tmp_path, capsys):
+    from clharness.reporting.scorecard import write
+    full = [r for r in _three_configurations() if r.budget == "full" and r.code_digest == "cur0001"]
+    quick = [r for r in _three_configurations() if r.budget == "quick"]
+    a, b = write(tmp_path / "a.json", full, ["final_acc"]), write(tmp_path / "b.json", quick, ["final_acc"])
+    assert main(["compare", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    assert "MISMATCH sc/er: configuration differs, budget: full vs quick (A vs B)" in out
+    assert main(["compare", str(a), str(a)]) == 0
+
+
+def test_report_cli_leads_with_the_current_code_and_filters_by_method(tmp_path, capsys):
+    """The front end computes the current code (engine.code_identity): a newer stale record is not the main row."""
+    from clharness.engine.runner import _kind_file, code_digest
+    from clharness.plugins import Harness
+    current = code_digest(Harness().methods["er"], _kind_file("split"))
+    records = []
+    for seed, acc in enumerate((0.5, 0.6, 0.7)):
+        records.append(rec("er", seed, suite="quickstart", scenario="ci-5x2", code=current, finished=100.0 + seed))
+        records[-1].metrics = {"final_acc": acc}
+    records.append(rec("er", 0, suite="quickstart", scenario="ci-5x2", code="0ld5tale", finished=500.0))
+    records[-1].metrics = {"final_acc": 0.9}
+    records.append(rec("ewc", 0, suite="quickstart", scenario="ci-5x2", code=current))
+    records[-1].metrics = {"final_acc": 0.1}
+    path = tmp_path / "r.sqlite"
+    _fill(path, records)
+    assert main(["report", str(path), "--columns", "final_acc", "--method", "er"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| quickstart")]
+    assert len(rows) == 2 and "| ewc" not in "".join(rows)
+    assert "| full " in rows[0] and " 3 " in rows[0] and "0.600" in rows[0]
+    assert "code 0ld5ta (stale)" in rows[1] and " 1 " in rows[1] and "0.900" in rows[1]

@@ -31,12 +31,15 @@ from tabulate import tabulate
 
 from .gates import COST_FIELDS, higher_is_better
 from .report import ReportError, load_records
+from ..results import configuration_differences
 from .scorecard import COLUMNS, HEADERS, summarize
 
 KEY = ("suite", "scenario", "method")
 CONFIDENCE = 0.95   # the level of the ``<metric>_ci`` half-widths a scorecard stores (scorecard.summarize)
 ALPHA = 0.05        # the level of the one-sided Welch test
-_NOT_METRICS = {*KEY, "seeds", "failed", "diverged", "error", "not-applicable"}
+# a row's configuration (scorecard.summarize): what it is, not a metric
+CONFIG_COLUMNS = ("configuration", "config_id", "main", "budget", "code_digest", "hparams")
+_NOT_METRICS = {*KEY, "seeds", "failed", "diverged", "error", "not-applicable", *CONFIG_COLUMNS}
 
 
 @dataclass
@@ -71,13 +74,13 @@ def load_summary(path: str | Path, columns=COLUMNS) -> dict[tuple[str, str, str]
     if path.suffix == ".json":
         try:
             rows = json.loads(path.read_text())["summary"]
-            return {tuple(r[k] for k in KEY): r for r in rows}
+            return {tuple(r[k] for k in KEY): r for r in rows if r.get("main", True)}
         except (ValueError, KeyError, TypeError) as exc:
             raise ReportError(f"{path} is not a clharness scorecard JSON ({type(exc).__name__}: {exc}); "
                               "write one with --clh-scorecard FILE.json") from None
     records = load_records(path)   # checks that it is a results store
     metrics = sorted({*columns, *(k for r in records for k in r.metrics)})
-    return {tuple(r[k] for k in KEY): r.to_dict() for _, r in summarize(records, metrics).iterrows()}
+    return {tuple(r[k] for k in KEY): r.to_dict() for _, r in summarize(records, metrics).iterrows() if r["main"]}
 
 
 def scorecard_metrics(rows: Iterable[dict]) -> set[str]:
@@ -165,6 +168,10 @@ def compare(a: dict, b: dict, drops: dict[str, float], columns=COLUMNS, alpha: f
         ra, rb = a[key], b[key]
         cells = [f"{key[0]}::{key[1]}", key[2]]
         where = f"{key[1]}/{key[2]}"
+        differs, code = configuration_mismatch(ra, rb)
+        out.mismatches += [f"{where}: configuration differs, {d} (A vs B)" for d in differs]
+        if code:
+            out.notes.append(f"{where}: {code} (A vs B): the code compared")
         for m in metrics:
             va, vb = _value(ra, m), _value(rb, m)
             cells.append(_cell(va, vb, m))
@@ -197,6 +204,30 @@ def compare(a: dict, b: dict, drops: dict[str, float], columns=COLUMNS, alpha: f
                 out.notes.append(f"{where}: {numbers} but not significant over the seeds; {test}")
         out.rows.append(cells)
     return out
+
+
+def configuration_mismatch(ra: dict, rb: dict) -> tuple[list[str], str]:
+    """(differences that make two rows incomparable, the code-digest difference or ""): a budget or a
+    hyperparameter that differs is a mismatch ("budget: quick vs full", "hparams lr: 0.1 vs 0.01"); other
+    code is what a comparison compares, so it is only said. Rows of scorecards written before rows
+    carried their configuration have none to compare."""
+    def fields(row):
+        hparams = row.get("hparams")
+        if isinstance(hparams, str):
+            try:
+                hparams = json.loads(hparams)
+            except ValueError:
+                hparams = {"(unreadable)": hparams}
+        return {"budget": row.get("budget") or "", "code_digest": row.get("code_digest") or "",
+                "hparams": hparams or {}}
+    if "budget" not in ra or "budget" not in rb:
+        return [], ""
+    fa, fb = fields(ra), fields(rb)
+    if not fa["budget"] or not fb["budget"]:   # a record kept before budgets were: unknown, not different
+        fa["budget"] = fb["budget"] = ""
+    found = configuration_differences(fa, fb)
+    return ([d for d in found if not d.startswith("code digest")],
+            next((d for d in found if d.startswith("code digest")), ""))
 
 
 def _mismatched_rows(a: dict, b: dict) -> list[str]:

@@ -66,9 +66,11 @@ def check_columns(records: Iterable[RunRecord], columns: Sequence[str]) -> None:
         raise ReportError(f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}")
 
 
-def render_text(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, fmt: str = "md") -> str:
-    """The scorecard of every (suite, scenario, method) in ``fmt`` (a key of FORMATS)."""
-    summary = summarize(records, columns)
+def render_text(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, fmt: str = "md",
+                current: dict | None = None) -> str:
+    """The scorecard of every (suite, scenario, method) and configuration in ``fmt`` (a key of FORMATS);
+    ``current``: case -> the current code digest, whose configuration is the case's main row."""
+    summary = summarize(records, columns, current=current)
     if fmt == "csv":   # the data formats keep every row, tuning configurations included
         return summary.to_csv(index=False)
     if fmt == "json":   # to_json turns NaN into null, which json.loads reads back
@@ -145,7 +147,8 @@ _NOTES = {
 
 
 def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, source: str = "",
-               make_harness=None, workers: int | None = 1, figures: str | Path | None = None) -> str:
+               make_harness=None, workers: int | None = 1, figures: str | Path | None = None,
+               current: dict | None = None) -> str:
     """The whole report as one HTML page: CSS inline, figures as base64 PNG or inline SVG, no
     external reference. Each suite: its table (the runs of a kind's phases, GTEP's tuning
     configurations, left to the kind's own section), the kinds' sections (``make_harness()``
@@ -159,13 +162,13 @@ def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, s
     from . import plots   # matplotlib loads only for the page, not for the text formats
     methods = {r.method for r in records if not pseudo_method(r)}
     with plots.page_palette(methods) as colors, plots.export_figures(figures):
-        return _build_html(records, columns, source, make_harness, workers, colors, figures)
+        return _build_html(records, columns, source, make_harness, workers, colors, figures, current)
 
 
-def _build_html(records, columns, source, make_harness, workers, colors, figures) -> str:
+def _build_html(records, columns, source, make_harness, workers, colors, figures, current=None) -> str:
     from ..kinds import report_sections, split_scenario
     passed = [r for r in records if r.status == "passed"]
-    summary = summarize(records, columns)
+    summary = summarize(records, columns, current=current)
     by_case: dict[tuple[str, str], dict[str, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
     for r in passed:
         by_case[(r.suite, r.scenario)][r.method].append(r)
@@ -321,17 +324,18 @@ def _not_plotted(records: Sequence[RunRecord]) -> str:
 
 def write_html(path: str | Path, records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS,
                source: str = "", make_harness=None, workers: int | None = 1,
-               figures: str | Path | None = None) -> Path:
+               figures: str | Path | None = None, current: dict | None = None) -> Path:
     path = Path(path)
-    text = build_html(records, columns, source, make_harness, workers, figures)
+    text = build_html(records, columns, source, make_harness, workers, figures, current)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
 
 
 def write_figures(directory: str | Path, records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS,
-                  source: str = "", make_harness=None, workers: int | None = 1) -> Path:
+                  source: str = "", make_harness=None, workers: int | None = 1, current: dict | None = None) -> Path:
     """Every figure of the report in ``directory`` (``--clh-figures``, ``clharness report --figures``):
     matplotlib's as PNG, SVG and PDF, the hand-drawn SVG charts (GTEP slope, M2I and CLDyB bars) as SVG
     only; with the page that shows them all as ``directory/report.html``."""
-    return write_html(Path(directory) / "report.html", records, columns, source, make_harness, workers, directory)
+    return write_html(Path(directory) / "report.html", records, columns, source, make_harness, workers, directory,
+                      current)

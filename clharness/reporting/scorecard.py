@@ -11,7 +11,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from ..metrics import mean_ci, rank_correlation
-from ..results import RunRecord
+from ..results import RunRecord, configuration_fields, configuration_id, configuration_label
 
 # The columns of the default scorecard: metric keys or record fields.
 COLUMNS = ("final_acc", "avg_inc_acc", "forgetting", "bwt", "train_seconds", "memory_mb")
@@ -72,20 +72,52 @@ def records_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=None if rows else [*KEYS, "seed", "status"])
 
 
+def main_configurations(records: Iterable[RunRecord], current: dict | None = None) -> dict[tuple, str]:
+    """Per (suite, scenario, method): the configuration id of its main row, the one the current code
+    would run. ``current`` maps a case to the current code digest (front ends compute it with the
+    engine); a configuration with that code comes first, then a full budget over a quick one, then the
+    newest. Without ``current``, the newest full-budget configuration (a stale run may be newer: front
+    ends pass ``current`` for that)."""
+    best: dict[tuple, tuple] = {}
+    for r in records:
+        case = (r.suite, r.scenario, r.method)
+        rank = (bool(current) and current.get(case) == r.code_digest, r.budget != "quick", r.finished_at)
+        if case not in best or rank > best[case][0]:
+            best[case] = (rank, configuration_id(r))
+    return {case: cid for case, (_, cid) in best.items()}
+
+
 def summarize(records: Iterable[RunRecord], columns: Sequence[str] = COLUMNS,
-              confidence: float = 0.95) -> pd.DataFrame:
-    """Per (suite, scenario, method): mean and CI half-width of each column over passed seeds,
-    the number of seeds that passed and the count of every other status."""
-    frame = records_frame(records)
+              confidence: float = 0.95, current: dict | None = None) -> pd.DataFrame:
+    """Per (suite, scenario, method) and configuration (``results.configuration_id``: the record's key
+    less the seed): mean and CI half-width of each column over passed seeds, the number of seeds that
+    passed and the count of every other status. Records of different configurations are never pooled:
+    each is a row, the case's main one (``main_configurations``) first, the others labelled by how they
+    differ from it (``configuration`` column: "quick", "code 1a2b3c (stale)", "lr=0.1")."""
+    records = list(records)
+    main = main_configurations(records, current)
+    by_row: dict[tuple, list[RunRecord]] = {}
+    for r in records:
+        by_row.setdefault((r.suite, r.scenario, r.method, configuration_id(r)), []).append(r)
+    reference = {(r.suite, r.scenario, r.method): configuration_fields(r) for r in records
+                 if configuration_id(r) == main[(r.suite, r.scenario, r.method)]}
+    order = {case: i for i, case in enumerate(dict.fromkeys(k[:3] for k in by_row))}
+    rows = sorted(by_row, key=lambda k: (order[k[:3]], main[k[:3]] != k[3]))   # stable: first-seen otherwise
     out = []
-    for keys, group in frame.groupby(KEYS, sort=False):
-        ok = group[group.status == "passed"]
-        row = dict(zip(KEYS, keys), seeds=len(ok))
+    for row_key in rows:
+        group, case = by_row[row_key], row_key[:3]
+        ok = [r for r in group if r.status == "passed"]
+        fields = configuration_fields(group[0])
+        row = dict(zip(KEYS, case), configuration=configuration_label(
+            group[0], reference[case], (current or {}).get(case)), seeds=len(ok),
+            config_id=row_key[3], main=row_key[3] == main[case], budget=fields["budget"],
+            code_digest=fields["code_digest"], hparams=json.dumps(fields["hparams"], sort_keys=True, default=str))
+        ok_frame = records_frame(ok)
         for col in columns:
-            values = ok[col].tolist() if col in ok else []
+            values = ok_frame[col].tolist() if col in ok_frame else []
             row[col], row[f"{col}_ci"] = mean_ci(values, confidence) if values else (math.nan, math.nan)
         for status in ("failed", "diverged", "error", "not-applicable"):
-            row[status] = int((group.status == status).sum())
+            row[status] = sum(r.status == status for r in group)
         out.append(row)
     return pd.DataFrame(out)
 
@@ -101,6 +133,8 @@ def rank_agreement(summary: pd.DataFrame, metric: str = "final_acc", min_methods
     rows = []
     if summary.empty or metric not in summary:
         return pd.DataFrame(rows)
+    if "main" in summary:   # a case's other configurations are not another ranking
+        summary = summary[summary.main.astype(bool)]
     for suite, group in summary.groupby("suite", sort=False):
         scores = {}
         for sc, g in group.groupby("scenario", sort=False):
@@ -172,14 +206,16 @@ def render(summary: pd.DataFrame, columns: Sequence[str] = COLUMNS, fmt: str = "
     if summary.empty:
         return "(no runs)"
     columns = carried(summary, columns)
+    labelled = "main" in summary and not summary.main.astype(bool).all()   # a case has several configurations
     table = []
     for _, row in summary.iterrows():
-        cells = [f"{row.suite}::{row.scenario}", row.method, row.seeds]
+        cells = [f"{row.suite}::{row.scenario}", row.method, *([row.configuration] if labelled else []), row.seeds]
         cells += [_cell(row[c], row[f"{c}_ci"], c) for c in columns]
         problems = [f"{row[s]} {s}" for s in ("failed", "diverged", "error", "not-applicable") if row[s]]
         cells.append(", ".join(problems))
         table.append(cells)
-    headers = ["scenario", "method", "seeds", *map(heading, columns), "problems"]
+    headers = ["scenario", "method", *(["configuration"] if labelled else []), "seeds", *map(heading, columns),
+               "problems"]
     return tabulate(table, headers=headers, tablefmt=fmt, disable_numparse=True)
 
 
