@@ -852,6 +852,20 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("scenario-hparams-ignored-by-load-case", "clharness/engine/api.py",
              "specs[scenario].hparams.get(method, {}), hparams or {}))", "{}, hparams or {}))",
              ("tests/test_split_fmnist_suites.py::test_scenario_hparams_override_the_suite_table_per_scenario",)),
+    # issue 36 items 2-3: configurations are rows; clharness store rm
+    Mutation("configuration-ignores-budget", "clharness/results.py",
+             'return {"budget": record.budget, "code_digest": record.code_digest,',
+             'return {"budget": "", "code_digest": record.code_digest,',
+             ("tests/test_store_admin.py::test_summary_rows_are_configurations_with_their_seeds_and_labels",)),
+    Mutation("main-row-ignores-current-code", "clharness/reporting/scorecard.py",
+             "rank = (bool(current) and current.get(case) == r.code_digest,", "rank = (False,",
+             ("tests/test_store_admin.py::test_report_cli_leads_with_the_current_code_and_filters_by_method",)),
+    Mutation("compare-ignores-budget-mismatch", "clharness/reporting/compare.py",
+             'return ([d for d in found if not d.startswith("code digest")],', "return ([],",
+             ("tests/test_store_admin.py::test_compare_of_a_quick_and_a_full_scorecard_is_a_budget_mismatch",)),
+    Mutation("store-rm-ignores-method", "clharness/reporting/store_admin.py",
+             "if (not self.methods or r.method in self.methods)", "if True",
+             ("tests/test_store_admin.py::test_store_rm_method_with_a_concurrent_writer_removes_exactly_that_method",)),
 )
 
 
