@@ -220,3 +220,15 @@ def test_report_cli_leads_with_the_current_code_and_filters_by_method(tmp_path, 
     assert len(rows) == 2 and "| ewc" not in "".join(rows)
     assert "| full " in rows[0] and " 3 " in rows[0] and "0.600" in rows[0]
     assert "code 0ld5ta (stale)" in rows[1] and " 1 " in rows[1] and "0.900" in rows[1]
+
+
+def test_a_session_keeps_its_budget_on_each_record(tmp_path):
+    from types import SimpleNamespace
+    from clharness.engine.session import Session
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        for quick, key in ((True, "k-quick"), (False, "k-full")):
+            session = Session.__new__(Session)   # keep() needs only these
+            session.options, session.session_id, session._store = SimpleNamespace(quick=quick), "s1", store
+            session._harness = SimpleNamespace(run_finished=lambda record: None)
+            session.keep(RunRecord(suite="s", scenario="sc", method="er", seed=0, key=key))
+        assert store.get("k-quick").budget == "quick" and store.get("k-full").budget == "full"
