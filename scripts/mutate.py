@@ -866,6 +866,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("store-rm-ignores-method", "clharness/reporting/store_admin.py",
              "if (not self.methods or r.method in self.methods)", "if True",
              ("tests/test_store_admin.py::test_store_rm_method_with_a_concurrent_writer_removes_exactly_that_method",)),
+    Mutation("session-budget-always-full", "clharness/engine/session.py",
+             'record.budget = "quick" if self.options.quick else "full"', 'record.budget = "full"',
+             ("tests/test_store_admin.py::test_a_session_keeps_its_budget_on_each_record",)),
 )
 
 
