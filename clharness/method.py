@@ -200,6 +200,12 @@ class Method:
     settings: ClassVar[frozenset[Setting] | set[Setting]] = frozenset({Setting.CLASS_IL, Setting.TASK_IL})
     hparams: ClassVar[Mapping[str, Param]] = {}
     version: ClassVar[str] = "1"   # bump when results change, so stored runs are redone
+    # Seed ensembles (--clh-ensemble, engine.ensemble): the class itself opts in with ``ensemble = True``
+    # (a subclass opts in anew, then inherits its base's ensemble_* declarations); ``ensemble_state``: the
+    # attributes its own ``loss`` reads per member; ``ensemble_steps``: {fit loss name: (prepare, loss, after)}
+    # for a loss that draws at random; ``ensemble_solo_when(hp)``: why these hyperparameters run solo (None:
+    # batched); ``ensemble_obstacle``: why its training cannot be batched (named when it runs solo).
+    ensemble: ClassVar[bool] = False
 
     def __init__(self, context: Context, **hparams: Any):
         self.context = context

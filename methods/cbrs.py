@@ -55,6 +55,7 @@ class CBRSBuffer(ClassBalancedBuffer):
 
 class CBRS(ER):
     name = "cbrs"
+    ensemble = True   # seeds train as one batched model (engine.ensemble): members equal their solo runs (ER's replay steps, its own memory per member)
     version = "2"   # 2: "full" means is or ever was largest (the paper), not only currently largest
     paper = "A. Chrysakis, M.-F. Moens, Online Continual Learning from Imbalanced Data, ICML 2020 (Algorithm 1)"
     reference = "WuYichen-97/Meta-Continual-Learning-Revisited-ICLR2024: utils/cbrs_buffer.py"

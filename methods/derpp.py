@@ -55,6 +55,8 @@ def raw_batches(experience, epochs):
 
 class DERpp(SupervisedMethod):
     name = "derpp"
+    ensemble = True   # seeds train as one batched model (engine.ensemble): members equal their solo runs
+    ensemble_steps = {"train_loss": ("draw", "draw_loss", "store")}   # its replay draw per member
     version = "2"   # 2: forward option (issue 28); the default (separate) is unchanged
     paper = ("Buzzega, Boschini, Porrello, Abati & Calderara, Dark Experience for General Continual "
              "Learning: a Strong, Simple Baseline, NeurIPS 2020")

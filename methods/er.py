@@ -12,6 +12,8 @@ from clharness.toolkit.training import OPTIMIZER_SPACE, SupervisedMethod, Traine
 
 class ER(SupervisedMethod):
     name = "er"
+    ensemble = True   # seeds train as one batched model (engine.ensemble): members equal their solo runs
+    ensemble_steps = {"replay_loss": ("replay_batch", "loss", None)}   # its replay draw per member
     paper = "Chaudhry et al., On Tiny Episodic Memories in Continual Learning, arXiv 2019"
     reference = "aimagelab/mammoth: models/er.py"
     deviations = (

@@ -25,6 +25,8 @@ class EWC(SupervisedMethod):
     minibatch's mean loss, averaged over the minibatches (model in eval mode, the suite's batch size,
     data in order). The two differ by about the batch size where per-sample gradients disagree."""
     name = "ewc"
+    ensemble = True   # seeds train as one batched model (engine.ensemble): members equal their solo runs
+    ensemble_state = ("fisher", "anchor", "task_fishers", "task_anchors")   # what its loss reads per member
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.DOMAIN_IL})
     paper = ("J. Kirkpatrick et al., Overcoming catastrophic forgetting in neural networks, PNAS 2017; "
              "F. Huszár, Note on the quadratic penalties in elastic weight consolidation, PNAS 2018")

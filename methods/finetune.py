@@ -6,6 +6,7 @@ from clharness.toolkit.training import SupervisedMethod, Trainer
 class Finetune(SupervisedMethod):
     """Cross-entropy on the current task only (task-incremental: over the task's classes)."""
     name = "finetune"
+    ensemble = True   # seeds train as one batched model (engine.ensemble): members equal their solo runs
     paper = ("V. Lomonaco et al., Avalanche: an End-to-End Library for Continual Learning, CVPR Workshops 2021 "
              "(the Naive lower bound)")
     reference = "ContinualAI/avalanche: avalanche/training/supervised/strategy_wrappers.py"

@@ -53,6 +53,7 @@ class GreedyClassBalancedMemory(_Buffer):
 
 class GDumb(SupervisedMethod):
     name = "gdumb"
+    ensemble = True   # seeds train as one batched model (engine.ensemble): members equal their solo runs (retrains on its memory with the standard fit)
     version = "2"   # 2: offline tasks feed the sampler in a seeded random order, not folder order
     paper = ("A. Prabhu, P. H. S. Torr, P. K. Dokania, GDumb: A simple approach that questions our progress in "
              "continual learning, ECCV 2020")

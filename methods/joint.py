@@ -9,6 +9,7 @@ from clharness.toolkit.training import SupervisedMethod, optimizer_space
 
 class Joint(SupervisedMethod):
     name = "joint"
+    ensemble = True   # seeds train as one batched model (engine.ensemble): members equal their solo runs
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.DOMAIN_IL})
     paper = ("V. Lomonaco et al., Avalanche: an End-to-End Library for Continual Learning, CVPR Workshops 2021 "
              "(the Cumulative upper bound)")

@@ -35,6 +35,8 @@ class MAS(SupervisedMethod):
       minibatches; the merged importance starts from zeros, so the first task's is (1 - alpha) times
       its own (the paper variants keep it whole)."""
     name = "mas"
+    ensemble = True   # seeds train as one batched model (engine.ensemble): members equal their solo runs
+    ensemble_state = ("importance", "anchor")   # what its loss reads per member
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.DOMAIN_IL})
     paper = "Aljundi, Babiloni, Elhoseiny, Rohrbach & Tuytelaars, Memory Aware Synapses: Learning what (not) to forget, ECCV 2018"
     reference = "rahafaljundi/MAS-Memory-Aware-Synapses: MAS_to_be_published/MAS_utils/MAS_based_Training.py"

@@ -11,6 +11,7 @@ class MSTE(SupervisedMethod):
     ``predict(x, task_id)`` answers with the expert of ``task_id`` over its task's classes. Needs the
     task id at test time, so it is task-incremental only (class-incremental cases are not applicable)."""
     name = "mste"
+    ensemble = True   # seeds train as one batched model (engine.ensemble): members equal their solo runs (a fresh expert per task, standard fit)
     paper = ("K. Faber, D. Zurek, M. Pietron, N. Japkowicz, A. Vergari, R. Corizzo, From MNIST to ImageNet and back: "
              "benchmarking continual curriculum learning, Machine Learning 2024 (sec. 4.2)")
     reference = "lifelonglab/M2I_I2M_benchmark: experiment.py"

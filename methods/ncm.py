@@ -15,6 +15,7 @@ class NCM(SupervisedMethod):
     ``frozen`` (default) never trains: a pretrained backbone, or on the quickstart a random MLP,
     whose features keep the digits apart better than ones fitted to the first task's two classes."""
     name = "ncm"
+    ensemble = True   # seeds train as one batched model (engine.ensemble): members equal their solo runs (trains with the standard fit, or not at all)
     paper = ("T. Mensink, J. Verbeek, F. Perronnin, G. Csurka, Distance-Based Image Classification: Generalizing to "
              "New Classes at Near-Zero Cost, TPAMI 2013; S.-A. Rebuffi et al., iCaRL: Incremental Classifier and "
              "Representation Learning, CVPR 2017 (nearest-mean-of-exemplars)")

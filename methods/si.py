@@ -34,6 +34,9 @@ class SI(SupervisedMethod):
     step the scaler skipped (inf/NaN gradients, weights unmoved) adds nothing to the path integral,
     as the parameters did not move along the trajectory (``Trainer.step_taken``)."""
     name = "si"
+    ensemble_obstacle = ("SI's path integral reads every step's gradient and weight change (p.grad after trainer.step, "
+                         "before the next), per member and step, outside any loss; the batched step has no per-step "
+                         "hook after the optimizer step")
     settings = frozenset({clh.Setting.CLASS_IL, clh.Setting.TASK_IL, clh.Setting.DOMAIN_IL})
     version = "2"   # 2: steps skipped by the AMP scaler no longer turn the path integral into NaN
     paper = "Zenke, Poole & Ganguli, Continual Learning Through Synaptic Intelligence, ICML 2017"

@@ -470,9 +470,13 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("ensemble-prepare-in-a-shared-random-stream", "clharness/engine/ensemble.py",
              "    _set_rng(member.rng)\n    try:", "    try:",
              ("tests/test_ensemble.py::test_prepare_draws_in_the_members_own_global_streams",)),
-    Mutation("ensemble-lwf-adam-batched", "clharness/engine/ensemble.py",
-             """if hp.get("optimizer", "sgd") != "sgd" else None),""", """if False else None),""",
+    Mutation("ensemble-lwf-adam-batched", "methods/lwf.py",
+             'if hp.get("optimizer", "sgd") == "sgd":', 'if True:',
              ("tests/test_ensemble.py::test_unbatchable_method_runs_solo_and_says_why",)),
+    # capabilities live on the method (issue 37.3): the class's own ``ensemble = True`` opts it in
+    Mutation("ensemble-opt-in-attribute-ignored", "clharness/engine/ensemble.py",
+             'return vars(method_cls).get("ensemble", False) is True', 'return False',
+             ("tests/test_ensemble.py::test_a_plugin_method_opts_in_by_its_class_attribute",)),
     # CLDyB (issue 30 item 7): appendix B.3's selection on the first three tasks' validation sets
     Mutation("cldyb-cc-selects-on-two-tasks", "suites/cldyb-cc.toml",
              'select_hparams = { tasks = 3, metric = "aa" }', 'select_hparams = { tasks = 2, metric = "aa" }',
@@ -570,14 +574,16 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("tests/test_ensemble_hparams.py::test_members_with_their_own_ewc_lambda_equal_their_solo_runs",)),
     # ensembles (issue 32, round 3): cbrs, mas, gdumb, mste opted in; why_solo names the structural obstacle
     # before "has not opted in"; a method's own loss is never replaced by the hand-batched SupervisedMethod loss
-    Mutation("ensemble-mas-anchor-dropped-from-state", "clharness/engine/ensemble.py",
-             '"clharness_methods.mas:MAS": ("importance", "anchor"),', '"clharness_methods.mas:MAS": ("importance",),',
+    Mutation("ensemble-mas-anchor-dropped-from-state", "methods/mas.py",
+             'ensemble_state = ("importance", "anchor")', 'ensemble_state = ("importance",)',
              ("tests/test_ensemble.py::test_members_equal_their_solo_runs",)),
     Mutation("ensemble-cbrs-replay-steps-dropped", "clharness/engine/ensemble.py",
-             '    "clharness_methods.cbrs:CBRS": {"replay_loss": ("replay_batch", "loss", None)},', "",
+             'return getattr(method_cls, name, None) if opted_in(method_cls) else vars(method_cls).get(name)',
+             'return vars(method_cls).get(name)',
              ("tests/test_ensemble.py::test_members_equal_their_solo_runs",)),
-    Mutation("ensemble-mste-not-opted-in", "clharness/engine/ensemble.py",
-             '    "clharness_methods.mste:MSTE",', "",
+    Mutation("ensemble-mste-not-opted-in", "methods/mste.py",
+             "    ensemble = True   # seeds train as one batched model (engine.ensemble): members equal their solo "
+             "runs (a fresh expert per task, standard fit)\n", "",
              ("tests/test_ensemble.py::test_every_reference_method_is_batched_or_hears_its_obstacle",)),
     Mutation("ensemble-why-solo-opt-in-before-structure", "clharness/engine/ensemble.py",
              "        reason = _structure(method_cls)\n", "        reason = None\n",

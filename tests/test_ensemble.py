@@ -37,7 +37,7 @@ def test_members_equal_their_solo_runs(tmp_path, method):
     under the same key, and says it ran in an ensemble of 3. ER and DER++ draw each step's replay batch
     from the member's own memory with its own generator (STEPS); DER++ stores each step's logits in it.
     CBRS is ER with its own class-balancing memory (ER's STEPS, declared for it); MAS's loss reads its
-    per-member importance and anchor (STATE); GDumb retrains a fresh model on its memory with fit."""
+    per-member importance and anchor (ensemble_state); GDumb retrains a fresh model on its memory with fit."""
     solo, _ = _run(tmp_path, "solo", [method], 3)
     ens, _ = _run(tmp_path, "ens", [method], 3, ensemble=True)
     assert [r.seed for r in ens] == [0, 1, 2] and all(r.status == "passed" for r in ens)
@@ -61,7 +61,7 @@ def test_stored_member_is_not_retrained(tmp_path):
 
 
 def test_unbatchable_method_runs_solo_and_says_why(tmp_path):
-    """lwf at its default optimizer (Adam) runs solo (SOLO_WHEN: chaotic at the rounding level)."""
+    """lwf at its default optimizer (Adam) runs solo (ensemble_solo_when: chaotic at the rounding level)."""
     records, said = _run(tmp_path, "lwf", ["lwf"], 2, ensemble=True)
     assert all(r.status == "passed" and "executor" not in r.extra for r in records)
     assert any("quickstart::ci-5x2[lwf] runs solo" in s and "optimizer='sgd' is batched" in s for s in said)
@@ -127,10 +127,10 @@ def _toy_methods():
     ("memo", "DER.learn_task calls fit(..., params=...)"),
     # a loss of its own without declared state; one that keeps to fit: could be opted in
     ("weighted", "overrides loss() (_toy_methods.<locals>.Weighted.loss) without declaring the per-member state "
-                 "it reads (STATE or ensemble_state): it reads weights"),
-    ("replay", "hands fit() a loss of its own (replay_loss, in ER.learn) that no STEPS entry splits"),
+                 "it reads (ensemble_state): it reads weights"),
+    ("replay", "hands fit() a loss of its own (replay_loss, in ER.learn) that no ensemble_steps entry splits"),
     ("plain", "'plain' has not opted in to batched training; nothing in its training keeps it out: it could be "
-              "opted in (BATCHED, or a class attribute ensemble = True)")])
+              "opted in (a class attribute ensemble = True)")])
 def test_why_solo_names_the_structural_obstacle_first(method, obstacle):
     """A method that has not opted in hears what in its training keeps it out (read from its source: the
     functions its learn reaches), and "has not opted in" only where nothing does."""
@@ -393,7 +393,7 @@ def test_members_equal_their_solo_runs_other_options(method, hp, scenario):
     """NCM trains its backbone on the first task only ("first-task") or never ("frozen"): a member
     pauses at that fit alone, and its class means are computed from the batched-trained weights.
     EWC's own loss reads its per-member Fishers and anchors (one per task in "separate" mode); so does
-    LwF (its old model, stacked, and the classes it distils), batched with SGD (SOLO_WHEN). ER and DER++
+    LwF (its old model, stacked, and the classes it distils), batched with SGD (ensemble_solo_when). ER and DER++
     under augmentation draw each view with the member's own augmentation generator. MAS's importance
     variants run in the member, after its batched fit; MSTE (task-incremental only) trains a fresh expert
     per task with fit; GDumb retrains from scratch on its memory (task-incremental too)."""
@@ -433,3 +433,38 @@ def test_pytest_option_runs_members_as_ensembles(pytester, tmp_path):
     for key, record in ens.items():
         assert record.extra["executor"] == "ensemble:2" and "executor" not in solo[key].extra
         assert np.allclose(record.acc_matrix, solo[key].acc_matrix, atol=1e-4, rtol=0)
+
+
+OPT_IN_PLUGIN = '''
+import clharness as clh
+from clharness.toolkit.training import SupervisedMethod
+
+
+class OptedIn(SupervisedMethod):
+    name = "opted-in"
+    ensemble = True
+
+
+class NotOptedIn(SupervisedMethod):
+    name = "not-opted-in"
+
+
+@clh.hookimpl
+def clharness_add_methods(registry):
+    registry.add(OptedIn)
+    registry.add(NotOptedIn)
+'''
+
+
+def test_a_plugin_method_opts_in_by_its_class_attribute(tmp_path, monkeypatch):
+    """Capabilities live on the method (issue 37.3): a plugin's method that declares ``ensemble = True``
+    trains its seeds as one batched model; the same method without it runs solo and hears why."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "optplug.py").write_text(OPT_IN_PLUGIN)
+    records, said = _run(tmp_path, "plug", ["opted-in", "not-opted-in"], 2, ensemble=True,
+                         plugins=[str(tmp_path / "optplug.py")])
+    executor = {(r.method, r.seed): r.extra.get("executor") for r in records}
+    assert executor == {("opted-in", 0): "ensemble:2", ("opted-in", 1): "ensemble:2",
+                        ("not-opted-in", 0): None, ("not-opted-in", 1): None}
+    assert any("[not-opted-in] runs solo" in s and "'not-opted-in' has not opted in to batched training" in s
+               for s in said), said

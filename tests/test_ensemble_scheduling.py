@@ -174,5 +174,6 @@ def test_gtep_tuning_trials_train_as_ensembles(tmp_path):
     assert executors == ["None"] * 4 + ["ensemble:2"] * 4   # the 4 evaluation runs are made after selection
     for key, record in ens.items():
         assert _same_matrices(record, solo[key]) and record.hparams == solo[key].hparams, record.case_id
-    chosen = [gtep.summarize(list(r.values()))[["method", "config"]].to_dict("records") for r in (solo, ens)]
+    from clharness.benchmarks.gtep.summary import summarize
+    chosen = [summarize(list(r.values()))[["method", "config"]].to_dict("records") for r in (solo, ens)]
     assert chosen[0] == chosen[1]

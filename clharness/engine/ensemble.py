@@ -35,14 +35,14 @@ The members run in threads that take turns (never two at once): a baton handed b
 each member's global random streams saved and restored at every hand-over, so the interleaving
 changes nothing a member computes.
 
-Which methods: the opted-in ones (``BATCHED``: finetune, joint, ncm, ewc, er, derpp, lwf with SGD, cbrs, mas,
-gdumb, mste; or a class attribute ``ensemble = True``; per class: a subclass of an opted-in method opts in on
-its own) whose ``learn`` trains through the standard supervised loop: ``self.fit(batches)`` per task with the
+Which methods: the opted-in ones (the class declares ``ensemble = True``: finetune, joint, ncm, ewc, er, derpp,
+lwf with SGD, cbrs, mas, gdumb, mste, or a plugin's method; per class: a subclass of an opted-in method opts in on
+its own, and then inherits its base's ``ensemble_*`` declarations) whose ``learn`` trains through the standard supervised loop: ``self.fit(batches)`` per task with the
 default parameters and trainer (a fresh optimizer per task), the step elementwise over members, and a loss
-that is SupervisedMethod's, the method's own reading declared per-member state (``STATE`` /
+that is SupervisedMethod's, the method's own reading declared per-member state (class attribute
 ``ensemble_state``: EWC's Fishers and anchors, MAS's importance and anchor, LwF's old model and the classes it
-distils, stacked and vmapped with the parameters), or a ``fit`` loss of its own that draws at random (``STEPS``
-/ ``ensemble_steps``: ER's, CBRS's and DER++'s replay). Work a method does around ``fit`` (NCM's class means,
+distils, stacked and vmapped with the parameters), or a ``fit`` loss of its own that draws at random (class
+attribute ``ensemble_steps``: ER's, CBRS's and DER++'s replay). Work a method does around ``fit`` (NCM's class means,
 EWC's Fisher, MAS's importance, ER's and CBRS's memory update after the task, GDumb's sampler and fresh model,
 MSTE's fresh expert per task) runs in the member, on its trained weights. A case that cannot be batched runs
 solo; the session says which and why (``why_solo``). For a method that has not opted in, why_solo names the
@@ -50,11 +50,11 @@ structural obstacle, read from the source of the functions its ``learn`` reaches
 SupervisedMethod (the prompt and adapter methods: l2p, dualprompt, coda_prompt, hide_prompt, pgp, lae, aper,
 ease, ranpac, simplecil, pnn); a training loop of its own outside ``fit`` (si: its path integral reads every
 step's gradient; agem and gem: they project each step's gradient between backward and step, which one
-batched loss cannot express, ``NOT_EXPRESSIBLE``; ace, afec, bic, clser, generative_replay, gmed, mir, slca,
+batched loss cannot express, their ``ensemble_obstacle``; ace, afec, bic, clser, generative_replay, gmed, mir, slca,
 xder); a ``fit`` over its own parameters or with its own trainer (beef, cwr, der, memo, foster; icarl,
-podnet, wa); a loss of its own without declared state, or a ``fit`` loss no STEPS entry splits; then the
+podnet, wa); a loss of its own without declared state, or a ``fit`` loss no ``ensemble_steps`` entry splits; then the
 case's protocol; "has not opted in" only where nothing keeps it out (it could then be opted in, once its
-members equal their solo runs). Not batched yet: lwf with Adam/AdamW (``SOLO_WHEN``: chaotic at the
+members equal their solo runs). Not batched yet: lwf with Adam/AdamW (``LwF.ensemble_solo_when``: chaotic at the
 rounding level, so no reassociated sum stays within the floor), online streams, continual evaluation, mixed
 precision on CUDA. LR schedules and gradient clipping are batched (each member's own trainer).
 
@@ -114,87 +114,37 @@ import torch
 
 from ..method import Diverged, MethodError, Setting
 
-# methods that opted in (by class name ``module:qualname``, so a plugin's method of the same name is not)
-BATCHED = {
-    "clharness_methods.finetune:Finetune",
-    "clharness_methods.joint:Joint",
-    "clharness_methods.ncm:NCM",     # trains (train_backbone="first-task") with the standard loop, or not at all
-    "clharness_methods.ewc:EWC",     # its own loss (cross-entropy + penalty), see STATE
-    "clharness_methods.er:ER",       # its replay draw per member, see STEPS
-    "clharness_methods.derpp:DERpp",
-    "clharness_methods.lwf:LwF",     # with SGD only, see SOLO_WHEN
-    "clharness_methods.cbrs:CBRS",   # ER with a class-balancing memory (its own memory per member): ER's STEPS
-    "clharness_methods.mas:MAS",     # its own loss (cross-entropy + penalty), see STATE
-    "clharness_methods.gdumb:GDumb", # retrains a fresh model on its memory (its own generator) with the standard fit
-    "clharness_methods.mste:MSTE",   # a fresh expert per task, trained with the standard fit (task-incremental)
-}
-# methods whose own ``loss`` reads per-member state besides the model and labels: those attributes
-# (tensors, dicts and lists of them), stacked over the members and handed to each member's loss in vmap
-STATE = {
-    "clharness_methods.ewc:EWC": ("fisher", "anchor", "task_fishers", "task_anchors"),
-    "clharness_methods.lwf:LwF": ("old_model", "old_groups", "avalanche_units"),
-    "clharness_methods.mas:MAS": ("importance", "anchor"),
-}
-# methods whose ``learn`` hands ``fit`` a loss of their own that draws at random (a replay batch from the
-# member's memory, with its own generators): that loss's name -> (prepare, loss, after). ``loss_fn(x, y,
-# **kw)`` computes ``loss(*prepare(x, y, **kw))``; with ``after``, ``loss`` returns (loss, out) and
-# ``loss_fn`` calls ``after(x, y, out)`` (DER++: the step's logits into its memory). The harness calls
-# ``prepare`` and ``after`` per member and step, outside vmap, in the member's random streams (each member
-# draws exactly what its solo run draws, in the same order), and vmaps ``loss`` over the members.
-STEPS = {
-    "clharness_methods.er:ER": {"replay_loss": ("replay_batch", "loss", None)},
-    "clharness_methods.derpp:DERpp": {"train_loss": ("draw", "draw_loss", "store")},
-    "clharness_methods.cbrs:CBRS": {"replay_loss": ("replay_batch", "loss", None)},   # ER's (inherited)
-}
-# hyperparameters under which an opted-in method runs solo: qualname -> hp -> reason (None: batched)
-SOLO_WHEN = {
-    # LwF under Adam is chaotic at the rounding level. At a task's first step the student equals its
-    # teacher, so the distillation's gradient is rounding noise (quickstart: 411 components with
-    # 0 < |g| < 1e-8, against 0-15 at other steps), and Adam moves each such weight by ~lr (g / (|g| + eps)).
-    # Solo, a 1e-7 relative perturbation of the weights after task 1 moves the run's own accuracy matrix by
-    # 0.018-0.056 (seeds 0-2), and by 0 once gradients under 1e-8 are zeroed; the batched gradients differ
-    # from solo's by ~1e-9 (vmap's backward sums in another order), and members ended 0.028-0.045 from
-    # their solo runs. With SGD (no such gain) the members equal their solo runs.
-    "clharness_methods.lwf:LwF": lambda hp: (
-        f"lwf with {hp.get('optimizer')!r}: Adam turns the distillation's rounding noise at each task's first "
-        "step into weight changes, and the run is chaotic at that level (members measured 0.028-0.045 from their "
-        "solo accuracy matrices on the quickstart, past the floor of 1e-4); lwf with optimizer='sgd' is batched"
-        if hp.get("optimizer", "sgd") != "sgd" else None),
-}
-
-
-def _qualname(cls) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
 def opted_in(method_cls) -> bool:
-    return getattr(method_cls, "ensemble", False) is True or _qualname(method_cls) in BATCHED
+    """The class itself says ``ensemble = True`` (a subclass that changes training opts in anew)."""
+    return vars(method_cls).get("ensemble", False) is True
+
+
+def _declared(method_cls, name: str):
+    """A class attribute of the ensemble contract: inherited by a class that opted in itself (CBRS keeps
+    ER's steps), else only the class's own (GMED's loss is not ER's)."""
+    return getattr(method_cls, name, None) if opted_in(method_cls) else vars(method_cls).get(name)
 
 
 def _state_names(method_cls):
-    """The attributes its own loss reads per member (STATE, or a class attribute ``ensemble_state``)."""
-    names = getattr(method_cls, "ensemble_state", None)
-    return tuple(names) if names is not None else STATE.get(_qualname(method_cls))
+    """The attributes its own loss reads per member (class attribute ``ensemble_state``)."""
+    names = _declared(method_cls, "ensemble_state")
+    return tuple(names) if names is not None else None
 
 
 def _steps(method_cls) -> dict:
-    """Its ``fit`` losses that draw at random (STEPS, or a class attribute ``ensemble_steps``)."""
-    steps = getattr(method_cls, "ensemble_steps", None)
-    return dict(steps) if steps is not None else STEPS.get(_qualname(method_cls), {})
+    """Its ``fit`` losses that draw at random (class attribute ``ensemble_steps``)."""
+    return dict(_declared(method_cls, "ensemble_steps") or {})
 
 
-# methods whose training the harness's step cannot express, beyond what ``_structure`` finds: the class
-# (or a base) -> why. Appended to the structural reason.
-NOT_EXPRESSIBLE = {
-    "clharness.toolkit.gradient_projection:GradientEpisodicMethod": (
-        "GEM and A-GEM project each step's gradient against reference gradients of the memory (a QP per step, "
-        "or one dot product) between backward() and the optimizer step; the batched step has one loss per member "
-        "and steps right after its backward, so a per-member rewrite of the gradient cannot be expressed"),
-    "clharness_methods.si:SI": (
-        "SI's path integral reads every step's gradient and weight change (p.grad after trainer.step, before "
-        "the next), per member and step, outside any loss; the batched step has no per-step hook after the "
-        "optimizer step"),
-}
+def _solo_reason(method_cls, hparams) -> str | None:
+    """Why an opted-in method runs solo under these hyperparameters (``ensemble_solo_when(hp)``), None: batched."""
+    rule = _declared(method_cls, "ensemble_solo_when")
+    return rule(hparams) if rule is not None else None
+
+
+def _obstacle(method_cls) -> str | None:
+    """Why its training cannot be batched, as the class (or a base) declares it (``ensemble_obstacle``)."""
+    return next((vars(b)["ensemble_obstacle"] for b in method_cls.__mro__ if "ensemble_obstacle" in vars(b)), None)
 
 
 def why_solo(case, method_cls, harness=None, device: torch.device | None = None) -> str | None:
@@ -213,9 +163,9 @@ def why_solo(case, method_cls, harness=None, device: torch.device | None = None)
         base = next((b for b in method_cls.__mro__[1:] if opted_in(b)), None)
         return (f"method {case.method!r} has not opted in to batched training"
                 + (f" (opting in is per class: its base {base.__qualname__} has)" if base else "")
-                + "; nothing in its training keeps it out: it could be opted in (BATCHED, or a class attribute "
+                + "; nothing in its training keeps it out: it could be opted in (a class attribute "
                   "ensemble = True) once its members equal their solo runs")
-    reason = SOLO_WHEN.get(_qualname(method_cls), lambda hp: None)(case.hparams)
+    reason = _solo_reason(method_cls, case.hparams)
     if reason:
         return reason
     if not issubclass(method_cls, SupervisedMethod):
@@ -248,8 +198,8 @@ def _structure(method_cls) -> str | None:
     found). The functions its ``learn`` reaches through ``self.<name>`` and ``super()`` (those of SupervisedMethod
     and above excepted, the harness's own), in order: a training loop of its own (a Trainer, an optimizer, a
     ``.step()``, with what else it does: backward, gradients), a ``fit`` over its own parameters or trainer, or
-    with a loss its STEPS do not declare, an override of ``fit``, or its own ``loss`` / ``cross_entropy``
-    without declared per-member state (STATE)."""
+    with a loss its ensemble_steps do not declare, an override of ``fit``, or its own ``loss`` / ``cross_entropy``
+    without declared per-member state (``ensemble_state``)."""
     from ..toolkit.training import SupervisedMethod
     import ast
     import inspect
@@ -328,8 +278,7 @@ def _structure(method_cls) -> str | None:
             built, stepped = next(iter(builds)), next(iter(steps))
             loop = (f"{built} {builds[built]}, {stepped} steps it"
                     + "".join(f", {w}" for w in steps[stepped]))
-        note = next((NOT_EXPRESSIBLE[_qualname(b)] for b in method_cls.__mro__ if _qualname(b) in NOT_EXPRESSIBLE),
-                    None)
+        note = _obstacle(method_cls)
         loop += " (" + (note or "the batched step replaces fit(batches) only") + ")"
     if not issubclass(method_cls, SupervisedMethod):
         return ("is not a SupervisedMethod: it has no fit(batches) for the batched step to replace"
@@ -357,7 +306,7 @@ def _structure(method_cls) -> str | None:
             used = {name for e in exprs for name in self_names(e)}
             if not used or any(name not in steps for name in used):
                 named = ", ".join(sorted(used)) or ast.unparse(loss)
-                return (f"hands fit() a loss of its own ({named}, in {where}) that no STEPS entry splits into "
+                return (f"hands fit() a loss of its own ({named}, in {where}) that no ensemble_steps entry splits into "
                         "its random draws and a batchable loss")
     if getattr(method_cls, "fit") is not getattr(SupervisedMethod, "fit"):
         return "overrides fit()"
@@ -371,7 +320,7 @@ def _structure(method_cls) -> str | None:
             reads = sorted({a for a in (self_names(node) if node else ()) if a not in ("model", "labels", "hp", "context")
                             and not callable(getattr(method_cls, a, None))})
             return (f"overrides {name}() ({klass.__qualname__}.{name}) without declaring the per-member state "
-                    f"it reads (STATE or ensemble_state)" + (f": it reads {', '.join(reads)}" if reads else ""))
+                    f"it reads (ensemble_state)" + (f": it reads {', '.join(reads)}" if reads else ""))
     return None
 
 
@@ -574,7 +523,7 @@ def _in_member(member: _Member, f, *args):
 
 
 def _step(method, loss_fn):
-    """``fit``'s ``loss_fn`` (a bound method of ``method`` named in its STEPS, or a partial of one with
+    """``fit``'s ``loss_fn`` (a bound method of ``method`` named in its ensemble_steps, or a partial of one with
     keywords) as (prepare, loss name, after); None when it is not one."""
     kw = {}
     if isinstance(loss_fn, functools.partial) and not loss_fn.args:
@@ -595,7 +544,7 @@ def _fit_hook(original):
         if ((loss_fn is not None and step is None) or params is not None or trainer is not None
                 or member.batches is not None):
             raise MethodError(f"method {self.name!r}: --clh-ensemble batches only one fit(batches) per task with "
-                              "the default loss (or one its STEPS declare), parameters and trainer; run it "
+                              "the default loss (or one its ensemble_steps declare), parameters and trainer; run it "
                               "without --clh-ensemble")
         member.method, member.batches, member.step = self, batches, step
         member.pause()
@@ -804,7 +753,7 @@ def _train_task(members: list[_Member]) -> None:
         first = next(iter(params.values()))
         state[_HP] = {k: torch.tensor([method.hp[k] for method in methods], dtype=first.dtype, device=first.device)
                       for k in varying}
-    parts = [m.step for m in members]   # (prepare, loss name, after) of a STEPS loss, or None
+    parts = [m.step for m in members]   # (prepare, loss name, after) of a ensemble_steps loss, or None
     if len({s and (s[1], s[2] and s[2].__name__) for s in parts}) > 1:
         raise MethodError("the members' fit calls differ in their loss")
     loss_name, after = (parts[0][1], parts[0][2]) if parts[0] else ("loss", None)

@@ -126,6 +126,11 @@ class GradientEpisodicMethod(SupervisedMethod, abc.ABC):
     """The training loop GEM and A-GEM share: per step, gradients on the episodic memory
     (``reference_gradients``), then the current gradient, ``project``-ed against them before the
     optimizer step. Runs in fp32: the projection reads unscaled gradients."""
+    # why seeds cannot train as one batched model (engine.ensemble names it when these run solo)
+    ensemble_obstacle = (
+        "GEM and A-GEM project each step's gradient against reference gradients of the memory (a QP per step, "
+        "or one dot product) between backward() and the optimizer step; the batched step has one loss per member "
+        "and steps right after its backward, so a per-member rewrite of the gradient cannot be expressed")
     hparams = {**optimizer_space(lr=0.01, momentum=0.9), "patterns_per_task": Int(1, 10000, default=256)}
     writes_during_training = False   # True: each trained batch's raw view goes to ``memory.write`` (RingMemory)
 
