@@ -130,8 +130,11 @@ def resolve(owner: str, space: Mapping[str, Param], overrides: Mapping[str, Any]
     """Defaults of ``space`` updated with ``overrides``; unknown names and bad values raise."""
     unknown = set(overrides) - set(space)
     if unknown:
-        raise HParamError(f"{owner}: unknown hyperparameter(s) {sorted(unknown)}; "
-                          f"declared: {sorted(space) or 'none'}")
+        import difflib   # the closest declared name per typo, as engine.suites.did_you_mean says it
+        hints = [f"{name!r} (did you mean {close[0]!r}?)" for name in sorted(unknown)
+                 if (close := difflib.get_close_matches(name, list(space), n=1, cutoff=0.6))]
+        raise HParamError(f"{owner}: unknown hyperparameter(s) {sorted(unknown)}"
+                          f"{'; ' + ', '.join(hints) if hints else ''}; declared: {sorted(space) or 'none'}")
     values = {name: p.default for name, p in space.items()}
     for name, value in overrides.items():
         values[name] = space[name].check(name, value)

@@ -139,7 +139,7 @@ def test_unknown_method_and_suite_list_the_known_ones(run):
 
 
 @pytest.mark.parametrize("body, message", [
-    (MINI.replace("epochs = 1", "epocs = 1"), "[defaults]: unknown key(s) 'epocs'; allowed: name, dataset"),
+    (MINI.replace("epochs = 1", "epocs = 1"), "bad.toml:9: [defaults]: unknown key(s) 'epocs' (did you mean 'epochs'?); allowed: name, dataset"),
     (MINI.replace('setting = "task-incremental"', 'setting = "task-il"'),
      "setting = 'task-il'; allowed values: class-incremental, task-incremental, online, domain-incremental"),
     (MINI.replace("seeds = 2", "seeds = 0"), "[suite] seeds = 0; expected a positive integer"),

@@ -261,8 +261,23 @@ def _gates(path, data, scenario_names) -> tuple:
 def _check_keys(path, where, table, allowed):
     unknown = [k for k in table if k not in allowed]
     if unknown:
-        raise SuiteError(f"{path}: {where}: unknown key(s) {', '.join(map(repr, unknown))}; "
+        named = ", ".join(f"{k!r}{did_you_mean(k, allowed)}" for k in unknown)
+        raise SuiteError(f"{_key_line(path, unknown[0])}: {where}: unknown key(s) {named}; "
                          f"allowed: {', '.join(allowed)}")
+
+
+def _key_line(path, key) -> str:
+    """``path:line`` of the first line setting ``key`` (a plain or inline-table assignment), else ``path``."""
+    import re
+    pattern = re.compile(rf"""(^|[\s{{,]){re.escape(str(key))}\s*=""")
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (OSError, ValueError):
+        return str(path)
+    for i, line in enumerate(lines, 1):
+        if pattern.search(line.split("#", 1)[0]):
+            return f"{path}:{i}"
+    return str(path)
 
 
 def kind_module(kind: str):
