@@ -17,7 +17,8 @@ import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 import sklearn.datasets  # noqa: F401
 import sklearn.model_selection  # noqa: F401
-from clharness.engine.ensemble import _Member, _train_task, why_solo
+from clharness.engine.ensemble import _Member, _train_task
+from clharness.engine.ensemble_policy import why_solo
 from clharness.method import Context, Setting
 from clharness.toolkit.backbones import MLP
 from mini_suite import mini_suite, paused_members

@@ -89,7 +89,7 @@ def test_a_dist_mode_that_splits_ensembles_is_refused(pytester, monkeypatch):
 
 # ------------------------------------------------------------------------------------------------- Ray
 def _why_solo(method: str):
-    from clharness.engine.ensemble import why_solo
+    from clharness.engine.ensemble_policy import why_solo
     from clharness.engine.runner import Case, resolve_hparams
     from clharness.engine.suites import load_suite
     from clharness.plugins import Harness
