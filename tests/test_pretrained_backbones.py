@@ -11,7 +11,7 @@ import torch
 from clharness.toolkit.backbones import BUILTIN_BACKBONES, WeightsMissing
 from test_offline_weights import caches, network  # noqa: F401
 
-NAMES = {"vit-b16-in21k": "vit_base_patch16_224.augreg_in21k", "vit-b16-clip": "vit_base_patch16_clip_224.openai"}
+NAMES = {"vit-b16-in21k": "vit_base_patch16_224.orig_in21k", "vit-b16-clip": "vit_base_patch16_clip_224.openai"}
 TINY = dict(model="vit_tiny_patch16_224", img_size=32, patch_size=8, depth=1)
 
 

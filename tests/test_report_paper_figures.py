@@ -572,7 +572,7 @@ def test_hand_drawn_charts_are_exported_as_svg_only_and_the_help_and_readme_say_
     readme = (REPO / "README.md").read_text()
     row = next(line for line in readme.splitlines() if line.startswith("| `--clh-figures DIR`"))
     assert "every matplotlib figure as PNG, SVG (text kept as text) and PDF" in row and "as SVG only" in row
-    assert "as SVG only" in " ".join((REPO / "clharness" / "pytest_plugin.py").read_text().split())
+    assert "as SVG only" in " ".join((REPO / "clharness" / "engine" / "options.py").read_text().split())
     with pytest.raises(SystemExit):
         main(["report", "--help"])
     assert "as SVG only" in " ".join(capsys.readouterr().out.split())
