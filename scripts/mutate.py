@@ -886,6 +886,9 @@ MUTATIONS: tuple[Mutation, ...] = (
              'if (close := difflib.get_close_matches(name, list(space), n=1, cutoff=0.6))]',
              'if (close := difflib.get_close_matches(name, list(space), n=1, cutoff=0.6)) and False]',
              ("tests/test_validation_everywhere.py",)),
+    Mutation("backward-flops-not-counted", "clharness/engine/flops.py",
+             "loss_fn(model(x), y).backward()", "loss_fn(model(x), y)",
+             ("tests/test_flops.py::test_mlp_train_step_counts_forward_and_backward",)),
 )
 
 
