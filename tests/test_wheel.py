@@ -5,6 +5,7 @@ wheel, and CI's editable install hid it. Here the wheel is built, its contents a
 the source tree (computed from the tree, never a list), and `clharness list` plus one quick suite
 of every family run from the unpacked wheel with the checkout off sys.path.
 """
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -19,19 +20,27 @@ ROOTS = {"clharness": "clharness", "clharness_methods": "methods", "clharness_su
 FAMILY_SUITES = ["quickstart", "stf-digits", "m2i-mini", "gtep-digits", "cldyb-mini", "domain-digits"]
 
 
-def tracked_package_files():
-    """Every tracked file under the package folders, as its path inside the wheel."""
-    out = subprocess.run(["git", "ls-files", *ROOTS.values()], cwd=ROOT, check=True,
-                         capture_output=True, text=True).stdout.split()
-    folder_to_name = {folder: name for name, folder in ROOTS.items()}
-    return {folder_to_name[p.split("/", 1)[0]] + "/" + p.split("/", 1)[1] for p in out}
+def source_package_files():
+    """Every file under the package folders (bytecode aside), as its path inside the wheel.
+
+    Walked, not asked of git, so the check also holds in scripts/mutate.py's plain copy."""
+    files = set()
+    for name, folder in ROOTS.items():
+        for path in (ROOT / folder).rglob("*"):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                files.add(f"{name}/{path.relative_to(ROOT / folder).as_posix()}")
+    return files
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
-    dest = tmp_path_factory.mktemp("wheel")
+    dest, source = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("source") / "src"
+    # Built from a clean copy: a stale build/lib in the checkout would put back what the
+    # packaging forgot (and building in place would write into a tree other runs share).
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".clharness", "*.sqlite*"))
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                            "--no-index", "-q", "-w", str(dest), str(ROOT)],
+                            "--no-index", "-q", "-w", str(dest), str(source)],
                            capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stdout + build.stderr
     (path,) = dest.glob("clharness-*.whl")
@@ -40,7 +49,7 @@ def wheel(tmp_path_factory):
 
 def test_wheel_holds_every_module_and_data_file(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    expected = tracked_package_files()
+    expected = source_package_files()
     assert any(p.startswith("clharness/benchmarks/domains/") for p in expected)  # the one once lost
     missing = sorted(expected - names)
     assert not missing, f"the wheel lacks {missing}: declare them in pyproject.toml / setup.py"
