@@ -18,9 +18,6 @@ PKG = Path(clharness.__file__).parent
 FRONT_ENDS = {"clharness.pytest_plugin", "clharness.pytest_progress", "clharness.cli", "clharness.scaffold"}
 CONTRACT = {f"clharness.{m}" for m in ("method", "hookspecs", "registry", "plugins", "kinds", "metrics", "hparams",
                                        "results", "builtin")} | {"clharness"}
-# deprecated aliases of moved toolkit modules (one release): each imports only its new path
-ALIASES = {f"clharness.{m}" for m in ("backbones", "buffers", "training", "feature_cache", "augment",
-                                      "vit_adapters", "vit_prompts")}
 
 
 def module_names() -> dict[str, Path]:
@@ -70,8 +67,6 @@ GRAPH = {m: imports(m) for m in MODULES}
 def layer(name: str) -> str:
     if name in FRONT_ENDS:
         return "front end"
-    if name in ALIASES:
-        return "alias"
     for sub in ("engine", "toolkit", "reporting", "benchmarks", "data"):
         if name == f"clharness.{sub}" or name.startswith(f"clharness.{sub}."):
             return sub
@@ -113,8 +108,6 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
                 bad.append(f"{m} (toolkit) imports {t} ({lt}): the toolkit depends on the contract only")
             elif lm == "contract" and lt in ("engine", "reporting"):
                 bad.append(f"{m} (contract) imports {t} ({lt})")
-            elif lm == "alias" and lt not in (None, "toolkit"):
-                bad.append(f"{m} (alias) imports {t}")
     return bad
 
 
