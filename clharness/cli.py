@@ -21,6 +21,20 @@ def main(argv: list[str] | None = None) -> int:
     return args.handler(args)
 
 
+def _plugin_flag(parser, whose: str = "") -> None:
+    parser.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
+                        help="import MODULE as a clharness plugin" + (f" {whose}" if whose else ""))
+
+
+def _harness_with_kinds(plugins):
+    """The registries with every plugin's kinds installed (what a command that rebuilds cases needs)."""
+    from .kinds import install
+    from .plugins import Harness
+    harness = Harness(plugins=tuple(plugins or ()))
+    install(harness.kinds)
+    return harness
+
+
 def _add_run(sub) -> None:
     run = sub.add_parser("run", help="run suites (default: the quickstart) and print the scorecard",
                          description="Runs suites as pytest cases; arguments after -- go to pytest.")
@@ -33,8 +47,7 @@ def _add_run(sub) -> None:
 
 def _add_list(sub) -> None:
     lst = sub.add_parser("list", help="registered methods, kinds, suites, datasets and backbones, with their sources")
-    lst.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
-                     help="import MODULE as a clharness plugin")
+    _plugin_flag(lst)
     lst.add_argument("--markdown", action="store_true",
                      help="only the methods, as the markdown table README.md carries (name, settings, paper)")
     lst.set_defaults(handler=list_registered)
@@ -110,8 +123,7 @@ def _add_store(sub) -> None:
     export.add_argument("results", metavar="RESULTS", help="the SQLite results store")
     export.add_argument("--suite", required=True, metavar="NAME|PATH", help="the suite whose records to export")
     export.add_argument("-o", "--output", required=True, metavar="BUNDLE", help="the bundle file to write (.zip)")
-    export.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
-                        help="import MODULE as a clharness plugin (the records' methods)")
+    _plugin_flag(export, "(the records' methods)")
     export.set_defaults(handler=export_command)
     lst = store_sub.add_parser("list", help="suite / scenario / method / configuration: seeds, dates, code, budget, stale")
     lst.add_argument("results", metavar="RESULTS", help="the SQLite results store")
@@ -146,8 +158,7 @@ def _add_verify(sub) -> None:
     ver.add_argument("--seed", type=int, default=0, help="which cases the sample draws (default: %(default)s)")
     ver.add_argument("--device", default="cpu", help="device of the re-runs (default: cpu)")
     ver.add_argument("--data-root", default=os.environ.get("CLH_DATA_ROOT"), metavar="DIR")
-    ver.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
-                     help="import MODULE as a clharness plugin (the bundle's methods)")
+    _plugin_flag(ver, "(the bundle's methods)")
     ver.set_defaults(handler=verify_command)
 
 
@@ -159,8 +170,7 @@ def _add_data(sub) -> None:
     dcheck.add_argument("--suite", required=True, metavar="NAME|PATH", help="a registered suite or a .toml file")
     dcheck.add_argument("--root", default=os.environ.get("CLH_DATA_ROOT"), metavar="DIR",
                         help="the data root (default: $CLH_DATA_ROOT)")
-    dcheck.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
-                        help="import MODULE as a clharness plugin")
+    _plugin_flag(dcheck)
     dfetch = data_sub.add_parser("fetch", help="download, verify, unpack and lay out datasets under --root",
                                  description="torchvision datasets through torchvision; tinyimagenet, imagenet-r, "
                                              "imagenet-a and cub200 from their published archives (md5-checked, "
@@ -175,10 +185,7 @@ def _add_data(sub) -> None:
 
 def verify_command(args: argparse.Namespace) -> int:
     from .engine.bundle import verify_bundle
-    from .kinds import install
-    from .plugins import Harness
-    harness = Harness(plugins=tuple(args.plugin))
-    install(harness.kinds)
+    harness = _harness_with_kinds(args.plugin)
     try:
         return verify_bundle(args.bundle, args.sample, harness, device=args.device, data_root=args.data_root,
                              seed=args.seed)
@@ -190,10 +197,7 @@ def verify_command(args: argparse.Namespace) -> int:
 def export_command(args: argparse.Namespace) -> int:
     """``clharness store export RESULTS --suite NAME -o BUNDLE``."""
     from .engine.bundle import export_bundle
-    from .kinds import install
-    from .plugins import Harness
-    harness = Harness(plugins=tuple(getattr(args, "plugin", ()) or ()))
-    install(harness.kinds)
+    harness = _harness_with_kinds(args.plugin)
     suite = Path(harness.suites[args.suite]) if args.suite in harness.suites else Path(args.suite)
     if not suite.exists():
         print(f"clharness store export: unknown suite {args.suite!r} (a registered name or a .toml path)", file=sys.stderr)

@@ -12,34 +12,11 @@ import pytest
 import clharness as clh
 from clharness.cli import main
 from clharness.results import ResultsStore
+from doc_blocks import REPO, block
 
-PLUGIN = '''
-import torch, torch.nn.functional as F
-import clharness as clh
+README = REPO / "README.md"
 
-class Mine(clh.Method):
-    name = "mine"
-    settings = {clh.Setting.CLASS_IL}
-    hparams = {"lr": clh.Float(1e-4, 1.0, default=0.05, log=True)}
-
-    def __init__(self, context, **hp):
-        super().__init__(context, **hp)
-        self.model = context.make_classifier()
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=self.hp["lr"])
-
-    def learn(self, experience):
-        self.model.train()
-        for x, y in experience.batches(epochs=self.context.epochs):
-            self.opt.zero_grad(); F.cross_entropy(self.model(x), y).backward(); self.opt.step()
-
-    def predict(self, x, task_id=None):
-        self.model.eval()
-        return self.model(x)
-
-@clh.hookimpl
-def clharness_add_methods(registry):
-    registry.add(Mine)
-'''
+PLUGIN = block(README, "# my_method.py")   # README's example method, "mine"
 
 
 @pytest.fixture

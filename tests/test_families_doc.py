@@ -8,24 +8,19 @@ import pytest
 import torch
 
 import clharness as clh
+from doc_blocks import block
 from clharness.engine.suites import SuiteError
 from clharness.kinds import HOOKS, Family, ModuleFamily
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "families.md"
 
 
-def block(first_line: str, lang: str) -> str:
-    match = re.search(rf"```{lang}\n({re.escape(first_line)}\n.*?)```", DOC.read_text(), re.S)
-    assert match, f"docs/families.md lost its ```{lang} block starting with {first_line!r}"
-    return match.group(1)
-
-
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    (tmp_path / "pairs_family.py").write_text(block("# pairs_family.py", "python"))
-    (tmp_path / "pairs.toml").write_text(block("# pairs.toml", "toml"))
+    (tmp_path / "pairs_family.py").write_text(block(DOC, "# pairs_family.py", "python"))
+    (tmp_path / "pairs.toml").write_text(block(DOC, "# pairs.toml", "toml"))
     return tmp_path
 
 

@@ -1,20 +1,14 @@
 """README's "Build with the toolkit" blocks, run as written (issue 42 item 3): a replay method on
 clharness.toolkit.buffers, and a dataset plugin (tensors and an image folder) with its suite file."""
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import clharness as clh
+from doc_blocks import block
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-
-
-def block(first_line: str, lang: str) -> str:
-    match = re.search(rf"```{lang}\n({re.escape(first_line)}\n.*?)```", README.read_text(), re.S)
-    assert match, f"README.md lost its ```{lang} block starting with {first_line!r}"
-    return match.group(1)
 
 
 @pytest.fixture
@@ -25,7 +19,7 @@ def user_dir(tmp_path, monkeypatch):
 
 
 def test_the_replay_example_fills_its_memory_from_the_stream_and_beats_finetuning(user_dir):
-    (user_dir / "my_replay.py").write_text(block("# my_replay.py", "python"))
+    (user_dir / "my_replay.py").write_text(block(README, "# my_replay.py", "python"))
     case = clh.load_case("quickstart", "ci-5x2", "my_replay", seed=0, quick=True, plugins=["my_replay.py"])
     first = case.experience(0)
     case.method.learn(first)
@@ -52,8 +46,8 @@ def _photos(root: Path, per_class: int = 10) -> None:
 
 
 def test_the_dataset_example_registers_tensors_and_an_image_folder_and_its_suite_runs(user_dir):
-    (user_dir / "my_data.py").write_text(block("# my_data.py", "python"))
-    (user_dir / "my_suite.toml").write_text(block("# my_suite.toml", "toml"))
+    (user_dir / "my_data.py").write_text(block(README, "# my_data.py", "python"))
+    (user_dir / "my_suite.toml").write_text(block(README, "# my_suite.toml", "toml"))
     _photos(user_dir / "DATA")
     harness = clh.Harness(plugins=("my_data.py",))
     assert {"blobs", "my-photos"} <= set(harness.datasets)
