@@ -189,8 +189,24 @@ class MemoryReport:
     exemplars: int = 0           # number of stored images
     exemplar_bytes: int = 0      # their size as uint8 images
 
+    # The footprint in three parts (issue 41 item 2), each in MiB: ``model_mb`` the parameters (of every
+    # network, replica, prompt and adapter held), ``buffer_mb`` the replay memory's images (uint8), and
+    # ``other_mb`` every other stored tensor as fp32: module buffers (BatchNorm statistics), Fisher
+    # diagonals, anchors, class means, a memory's stored logits or labels kept as separate tensors.
     @property
-    def mb(self) -> float:
+    def model_mb(self) -> float:
+        return 4 * self.parameters / 2**20
+
+    @property
+    def buffer_mb(self) -> float:
+        return self.exemplar_bytes / 2**20
+
+    @property
+    def other_mb(self) -> float:
+        return 4 * self.tensor_elements / 2**20
+
+    @property
+    def mb(self) -> float:   # = model_mb + buffer_mb + other_mb, summed in integers (no rounding)
         return (4 * (self.parameters + self.tensor_elements) + self.exemplar_bytes) / 2**20
 
 

@@ -42,7 +42,15 @@ class RunRecord:
     eval_seconds: float = 0.0
     memory_mb: float = 0.0                  # CLDyB B.4 footprint (see MemoryReport)
     memory: dict[str, int] = field(default_factory=dict)           # its breakdown
+    # memory_mb in three parts (MemoryReport.model_mb/buffer_mb/other_mb): parameters, the replay
+    # memory's images, every other stored tensor (BatchNorm statistics, Fisher, class means, logits)
+    memory_model_mb: float = 0.0
+    memory_buffer_mb: float = 0.0
+    memory_other_mb: float = 0.0
     parameters: int = 0
+    # peaks of the process that ran the case, from the case's start (engine/peak_memory.py): allocated
+    # GPU memory (0 on CPU) and resident memory (the whole process: interpreter, torch, loaded data);
+    # ensemble members share one process, so each holds the ensemble's peak
     peak_cuda_mb: float = 0.0
     peak_rss_mb: float = 0.0
     device: str = ""

@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import platform
 import random
-import resource
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from ..toolkit.backbones import WeightsMissing, pretrained_weights, weights_iden
 from ..hparams import resolve
 from ..method import Context, Diverged, Method, MethodError, Setting
 from ..results import RunRecord
-from . import keys
+from . import keys, peak_memory
 from .scenario import Scenario, build_scenario
 from .code_identity import code_digest, git_commit
 from .suites import ScenarioSpec, spec_definition
@@ -236,8 +235,7 @@ def _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_
         record.failed_task = None
         return
     protocol = getattr(scenario, "protocol", None) or task_protocol
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    peak_memory.reset(device)   # process-wide peaks: this run's own from here (engine/peak_memory.py)
     method, record.failed_task = None, -1
     try:
         method = method_cls(context, **case.hparams)
@@ -263,9 +261,9 @@ def _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_
         report = method.memory_report()
         record.memory = dataclasses.asdict(report)
         record.memory_mb, record.parameters = report.mb, report.parameters
-    if device.type == "cuda":
-        record.peak_cuda_mb = torch.cuda.max_memory_allocated(device) / 2**20
-    record.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        record.memory_model_mb, record.memory_buffer_mb = report.model_mb, report.buffer_mb
+        record.memory_other_mb = report.other_mb
+    record.peak_rss_mb, record.peak_cuda_mb = peak_memory.read(device)
 
 
 def task_protocol(method: Method, scenario: Scenario, device: torch.device, record: RunRecord,

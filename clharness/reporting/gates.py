@@ -23,7 +23,8 @@ from ..metrics import HIGHER_IS_BETTER, METRIC_INFO
 from ..results import RunRecord
 
 # Record fields a gate may judge besides the metrics, all lower-is-better costs.
-COST_FIELDS = ("train_seconds", "eval_seconds", "memory_mb", "peak_cuda_mb", "parameters")
+COST_FIELDS = ("train_seconds", "eval_seconds", "memory_mb", "memory_model_mb", "memory_buffer_mb",
+               "memory_other_mb", "peak_cuda_mb", "peak_rss_mb", "parameters")
 GATE_FORMS = ("'METHOD: METRIC >= VALUE'", "'METHOD: METRIC <= VALUE'",
               "'METHOD: METRIC beats OTHER by MARGIN [welch ALPHA]'", "'METHOD: METRIC within TOL of OTHER'")
 

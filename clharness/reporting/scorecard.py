@@ -18,7 +18,8 @@ COLUMNS = ("final_acc", "avg_inc_acc", "forgetting", "bwt", "train_seconds", "me
 HEADERS = {"final_acc": "final acc", "avg_inc_acc": "avg inc acc", "forgetting": "forgetting", "bwt": "BWT",
            "fwt": "FWT", "acc": "ACC", "info_retention": "info retention", "afm": "AFM", "ala": "ALA", "ar": "AR", "aa": "AA", "hmean": "H(acc, avg)",
            "train_seconds": "train s", "eval_seconds": "eval s", "memory_mb": "memory MB",
-           "peak_cuda_mb": "peak CUDA MB", "parameters": "params",
+           "peak_cuda_mb": "peak CUDA MB", "peak_rss_mb": "peak RSS MB", "parameters": "params",
+           "memory_model_mb": "model MB", "memory_buffer_mb": "buffer MB", "memory_other_mb": "other MB",
            "min_acc": "min-ACC", "wc_acc": "WC-ACC", "stability_gap": "stability gap", "gap_recovery": "gap recovery",
            "a_auc": "A_AUC", "final_acc_task_il": "final acc (task-IL)"}
 # continual evaluation's metrics (eval_every; metrics.continual_metrics): shown by default where a run has them
@@ -62,7 +63,9 @@ def carried(summary: pd.DataFrame, columns: Sequence[str]) -> list[str]:
     """The ``columns`` (in their order) that at least one row of ``summary`` has a value for: a
     table of one family's runs shows no other family's metrics."""
     return [c for c in columns if c in summary and summary[c].notna().any()]
-_FIELDS = ("train_seconds", "eval_seconds", "memory_mb", "peak_cuda_mb", "peak_rss_mb", "parameters")
+# memory_mb's three parts and the two peaks are columns a table can ask for (--columns memory_buffer_mb,...)
+MEMORY_FIELDS = ("memory_model_mb", "memory_buffer_mb", "memory_other_mb", "peak_rss_mb", "peak_cuda_mb")
+_FIELDS = ("train_seconds", "eval_seconds", "memory_mb", *MEMORY_FIELDS, "parameters")
 
 
 def records_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
@@ -222,7 +225,7 @@ def render(summary: pd.DataFrame, columns: Sequence[str] = COLUMNS, fmt: str = "
 def _cell(mean: float, ci: float, column: str) -> str:
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "-"
-    digits = 2 if column in ("train_seconds", "eval_seconds", "memory_mb", "peak_cuda_mb") else 3
+    digits = 2 if column in ("train_seconds", "eval_seconds", "memory_mb", *MEMORY_FIELDS) else 3
     if column == "parameters":
         return f"{int(mean):,}"
     return f"{mean:.{digits}f} ± {ci:.{digits}f}" if ci and not math.isnan(ci) else f"{mean:.{digits}f}"
