@@ -447,7 +447,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "p.index_copy_(0, at, kept[k])", "pass",
              ("tests/test_ensemble.py::test_batched_step_equals_independent_optimizers",)),
     Mutation("ensemble-retrains-stored-members", "clharness/engine/ensemble.py",
-             "(u.key not in stash and not stored(u.key))]", "(u.key not in stash)]",
+             "(u.key not in stash and session.reuse_case(u.case) is None)]", "(u.key not in stash)]",
              ("tests/test_ensemble.py::test_stored_member_is_not_retrained",
               "tests/test_ensemble_scheduling.py::test_xdist_ensemble_leaves_out_stored_members_and_runs_a_lone_one_solo")),
     Mutation("ensemble-group-batchnorm-stats-dropped", "clharness/engine/ensemble.py",
@@ -896,6 +896,11 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("backward-flops-not-counted", "clharness/engine/flops.py",
              "loss_fn(model(x), y).backward()", "loss_fn(model(x), y)",
              ("tests/test_flops.py::test_mlp_train_step_counts_forward_and_backward",)),
+    # issue 37 item 2: the ensemble's member lookup goes through the session's one reuse decision
+    Mutation("ensemble-member-lookup-bypasses-reuse", "clharness/engine/ensemble.py",
+             "(u.key not in stash and session.reuse_case(u.case) is None)]",
+             "(u.key not in stash and (session.options.fresh or session.store.reusable(u.key) is None))]",
+             ("tests/test_reuse_paths.py::test_an_ensemble_reuses_a_stale_member_only_when_asked",)),
 )
 
 

@@ -140,7 +140,8 @@ def stored(path) -> dict:
 def test_a_cldyb_replay_whose_search_ran_elsewhere_finds_its_stale_search(tmp_path, monkeypatch):
     """Under pytest-xdist a replay may run in another process than its search: it finds the search's stale
     record itself, by the search's base key, instead of waiting for a record the search will never write."""
-    from clharness.engine import outcomes, runner
+    from clharness import outcomes
+    from clharness.engine import runner
     from clharness.engine.api import api_options
     from clharness.engine.plan import expand, resolve_suite
     from clharness.engine.session import Session
@@ -160,3 +161,17 @@ def test_a_cldyb_replay_whose_search_ran_elsewhere_finds_its_stale_search(tmp_pa
     finally:
         session.close()
     assert len(replays) == 2
+
+
+def test_an_ensemble_reuses_a_stale_member_only_when_asked(tmp_path):
+    """The ensemble executor asks the session's one reuse decision which members are already stored: under
+    --clh-reuse-stale a member whose record other code made is reused and the ensemble shrinks to the others."""
+    opts = dict(methods="finetune", quick=True, device="cpu", results=tmp_path / "r.sqlite")
+    (first,) = clh.run("quickstart", seeds=1, **opts)
+    renamed = make_stale(tmp_path / "r.sqlite")
+    again = clh.run("quickstart", seeds=3, ensemble=True, reuse_stale=True, **opts)
+    reused = {u.name: u.reused for u in again.units if u.role == "case"}
+    assert reused == {"ci-5x2[finetune-seed0]": True, "ci-5x2[finetune-seed1]": False,
+                      "ci-5x2[finetune-seed2]": False}
+    assert renamed[again[0].key] == first.key and again[0].code_digest == "old-code"
+    assert [r.extra.get("executor") for r in again[1:]] == ["ensemble:2", "ensemble:2"]   # seed 0 not retrained

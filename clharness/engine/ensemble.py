@@ -241,8 +241,8 @@ def member_record(session, unit, case, method_cls, key: str):
     if cached is None or cached[0] is not session.units:   # once per schedule
         cached = session.__dict__["_ensembles"] = (session.units, ensembles(session.units, session))
     group = next((g for g in cached[1] if unit in g), [unit])
-    stored = (lambda k: False) if session.options.fresh else (lambda k: session.store.reusable(k) is not None)
-    group = [u for u in group if u is unit or (u.key not in stash and not stored(u.key))]
+    # the session's one reuse decision (--clh-fresh, --clh-reuse-stale): a member it would reuse is not trained
+    group = [u for u in group if u is unit or (u.key not in stash and session.reuse_case(u.case) is None)]
     if len(group) < 2 or not batchable(session, group):
         return None
     root = session.options.data_root
