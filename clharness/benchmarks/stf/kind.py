@@ -17,8 +17,9 @@ test-set accuracy.
 
 Suite keys of this kind (flat in [[scenario]]): ``stream`` ("stf" | "disjoint"), ``mu_sigma``
 (in (0, 0.5]; default sqrt(1/12)/tasks, appendix D), ``mu_sigma_scale`` (figure 3: 0.5/1/2/4),
-``stream_batch``, ``eval_points``, ``retention``, ``retention_samples``, ``cpu_threads``. ``tasks`` is the
-equivalent number of tasks for mu_sigma and the task count of the disjoint stream.
+``stream_batch``, ``eval_points``, ``retention``, ``retention_samples``, ``cpu_threads``, ``realtime`` and
+``realtime_baseline`` (Ghunaim et al. 2023: a slow learner trains on fewer batches; realtime.py). ``tasks``
+is the equivalent number of tasks for mu_sigma and the task count of the disjoint stream.
 The permutations themselves (Algorithms 1-2, torch-free) live in ``streams.py`` beside this module.
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import streams, trace
+from . import realtime, streams, trace
 from ...data import DatasetSource, load_split
 from ...method import Batch, Setting
 from ...toolkit.training import listen_to_losses
@@ -48,11 +49,13 @@ OPTIONS = {
     "retention": (str, "exact"),              # "exact": every step, all past observations (the paper)
     "retention_samples": (int, 1000),         # "sampled": past observations scored per point (0: all)
     "cpu_threads": (int, 0),                  # torch threads while a CPU run streams; 0: torch's default
+    "realtime": (bool, False),                # the stream does not wait for a slow learner (realtime.py)
+    "realtime_baseline": (str, "finetune"),   # the step one batch interval lasts: "finetune" or "er"
 }
 STREAMS = ("stf", "disjoint")
 RETENTIONS = ("exact", "sampled")
 # added after records were stored: left out of keys at this value (the sampled estimate they hold)
-LATER_OPTIONS = {"retention": "sampled"}
+LATER_OPTIONS = {"retention": "sampled", "realtime": False, "realtime_baseline": "finetune"}
 # --clh-preset stf:<name> -> seeds. Table 1: "All entries are 95%-confidence intervals over 20 runs"
 # (the scorecard's and the STF table's intervals are two-sided Student-t, metrics.mean_ci).
 PRESETS = {"table1": 20}
@@ -114,6 +117,9 @@ def check(spec: ScenarioSpec) -> None:
                          "observation: the paper's Av. IR) or 'sampled' (eval_points x retention_samples)")
     if opts["retention_samples"] < 0:
         raise ValueError(f"retention_samples = {opts['retention_samples']} must be >= 0 (0: every past observation)")
+    if opts["realtime_baseline"] not in realtime.BASELINES:
+        raise ValueError(f"realtime_baseline = {opts['realtime_baseline']!r}; allowed: "
+                         f"{', '.join(map(repr, realtime.BASELINES))} (the step one stream batch interval lasts)")
 
 
 @dataclass
@@ -190,12 +196,17 @@ def _stream(method, scenario: StreamScenario, device, record, on_task, points, r
     kept = set(points)
     total, scored = 0.0, 0                     # exact: running sum of the per-step retention
     batches = iter(scenario.stream.batches(opts["stream_batch"]))
+    clock = realtime.RealTimeStream(opts["realtime_baseline"]) if opts["realtime"] else None
     t0 = time.perf_counter()
     for step in range(1, points[-1] + 1):
         record.failed_task = step - 1
         x, y = next(batches)
         losses.at(step)
-        method.observe(Batch(_own_storage(x), _own_storage(y), None))
+        batch = Batch(_own_storage(x), _own_storage(y), None)
+        if clock is None:
+            method.observe(batch)
+        else:   # realtime: the batch passes by unseen while the learner is still busy
+            clock.offer(method, batch, step - 1)
         if exact or step in kept:
             with isolated_rng(device):   # how often retention is scored never moves the training's draws
                 method.consolidate()
@@ -220,6 +231,8 @@ def _stream(method, scenario: StreamScenario, device, record, on_task, points, r
     method.consolidate()
     _sync(device)
     record.train_seconds += time.perf_counter() - t0
+    if clock is not None:
+        record.extra["realtime"] = clock.summary()
 
 
 class StreamPrefix:
