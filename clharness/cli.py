@@ -109,9 +109,9 @@ def _add_init(sub) -> None:
     init.add_argument("--dir", default=".", metavar="PARENT", help="create NAME inside PARENT (default: .)")
     init.add_argument("--clharness", default=None, metavar="REQUIREMENT|URL|PATH",
                       help="how the package, its README and its CI install clharness (not on PyPI): a pip "
-                           "requirement, a git URL or a local clharness checkout (default: the VCS URL and "
-                           "commit this clharness was installed from, else the Repository URL of its "
-                           "package metadata, git+https://github.com/clharness/clharness)")
+                           "requirement, a git URL or a local clharness checkout (default: where this clharness "
+                           "came from, as pip recorded it: its local checkout, installed editable by the README, "
+                           "or its git URL pinned to the installed commit; init prints which and why)")
     init.set_defaults(handler=init_package)
 
 
@@ -438,11 +438,12 @@ def data_command(args: argparse.Namespace) -> int:
 def init_package(args: argparse.Namespace) -> int:
     from .scaffold import ScaffoldError, scaffold
     try:
-        root = scaffold(args.name, args.dir, args.clharness)
+        root = scaffold(args.name, args.dir, args.clharness,
+                        on_source=lambda source: print(f"clharness source: {source.requirement}\n  why: {source.why}"))
     except (ScaffoldError, OSError) as exc:
         print(exc, file=sys.stderr)
         return 2
-    print(f"created {root}: cd {root} && python -m pip install -e '.[test]' && python -m pytest")
+    print(f"created {root}: cd {root}, install as its README.md says, then python -m pytest")
     return 0
 
 

@@ -6,15 +6,17 @@ the ``clharness`` entry-point group; its suite runs the quickstart's scenario wi
 ``finetune`` and ``er``; its test runs that suite with ``--clh-quick`` in a pytest subprocess,
 writing the scorecard JSON that the workflow uploads with the HTML report.
 
-clharness is not on PyPI: the package, its README and its CI install it from its git repository (the
-``Repository`` URL of clharness's own package metadata, or the VCS URL and commit this copy was
-installed from) or from a local path, as ``clharness init --clharness`` says.
+clharness is not on PyPI: the package, its README and its CI install it from where this copy came
+(``installed_source``: the local checkout, kept editable; the git URL pinned to the installed commit;
+the archive URL), or from what ``clharness init --clharness`` names; never from an unpinned URL.
 """
 from __future__ import annotations
 
 import importlib.util
 import keyword
 import re
+import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 # pyproject.toml [project.urls] Repository, for an installed copy whose metadata predates it
@@ -171,7 +173,8 @@ jobs:
         run: |{local_note}
           python -m pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu
           python -m pip install "{requirement}"
-          python -m pip install -e ".[test]"
+          # --no-deps: keep the clharness just installed (pytest comes with it)
+          python -m pip install -e ".[test]" --no-deps
       - name: Tests and gates
         run: python -m pytest -v
       - name: HTML report
@@ -197,13 +200,14 @@ README = '''\
 A continual-learning method packaged as a [clharness]({repository}) plugin.
 
 ```bash
-python -m pip install "{requirement}"   # clharness itself (not on PyPI)
-python -m pip install -e ".[test]"
+{install_clharness}
+python -m pip install -e ".[test]" --no-deps   # this package; --no-deps keeps that clharness as installed
 CLH_ARTIFACTS=clharness-artifacts python -m pytest   # the {name} suite, quick budgets, with its gates
 clharness report clharness-artifacts/results.sqlite --html clharness-artifacts/report.html
 pytest --clh-suite {name} --clh-scorecard s.json     # full budgets (runs kept in .clharness/results.sqlite)
 ```
 
+clharness is not on PyPI; `clharness init` chose its source: {why}. `pytest` comes with clharness.
 The method is `{name}/method.py`; the suite and its gates are `{name}/suites/{name}.toml`;
 CI (`.github/workflows/clharness.yml`) fails on a gate and uploads the scorecard and the report.
 '''
@@ -247,25 +251,108 @@ def repository_url() -> str:
     return REPOSITORY
 
 
-def default_requirement() -> str:
-    """How the new package (and its CI) should install clharness: the VCS URL and commit this copy
-    was installed from when pip recorded one (PEP 610 direct_url.json), so CI tests against the same
-    harness; an sdist or wheel URL it was installed from; otherwise clharness's git repository
-    (:func:`repository_url`). clharness is not on PyPI, and a local or editable install has no URL
-    CI could reach."""
+@dataclass(frozen=True)
+class Source:
+    """Where the new package takes clharness from: ``requirement`` (its pyproject's dependency and
+    CI's install), ``why`` (one sentence, printed by ``clharness init``) and ``folder``, a local
+    checkout that the README installs editable (``pip install -e``), as it is installed here."""
+    requirement: str
+    why: str
+    folder: Path | None = None
+
+
+def installed_source() -> Source:
+    """Where this copy of clharness came from: :func:`source_from` over what pip recorded of the
+    installed ``clharness`` distributions (PEP 610 ``direct_url.json``; a build's ``*.egg-info`` in
+    the working directory has none and is passed over) and the checkout the imported package sits
+    in, if any."""
     import json
     from importlib import metadata
+    records, version = [], None
+    for dist in metadata.distributions(name="clharness"):
+        version = version or dist.version
+        try:
+            direct = json.loads(dist.read_text("direct_url.json") or "null")
+        except ValueError:
+            direct = None
+        if isinstance(direct, dict):
+            records.append(direct)
+    checkout = Path(__file__).resolve().parents[1]
+    is_checkout = (checkout / "pyproject.toml").is_file() and (checkout / "clharness" / "scaffold.py").is_file()
+    return source_from(records, checkout if is_checkout else None, version)
+
+
+def source_from(records: list[dict], checkout: Path | None = None, version: str | None = None) -> Source:
+    """The source of clharness given pip's PEP 610 records of its installs (``direct_url.json``, first
+    found first) and ``checkout``, the source tree the imported package lives in (None: it lives in
+    site-packages). A checkout -> that checkout, editable (which it is in effect: the code runs from
+    it); a record of a local folder -> that folder (editable only if pip installed it so); of git ->
+    the git URL pinned to the installed commit; of an archive -> that URL with its sha256. Nothing
+    (an index or wheel-file install) -> ScaffoldError naming ``--clharness``; never an unpinned URL,
+    which would install whatever the repository holds that day (and needs the network)."""
+    from urllib.parse import unquote, urlparse
+
+    def folder_of(direct):
+        url = direct.get("url", "")
+        return Path(unquote(urlparse(url).path)) if "dir_info" in direct and url.startswith("file:") else None
+
+    if checkout is not None:
+        pip = next((d for d in records if folder_of(d) == checkout), None)
+        how = (f"which pip installed {'editable' if pip['dir_info'].get('editable') else 'in place'} (its "
+               "direct_url.json)") if pip else "imported from there, not installed there by pip"
+        return Source(f"clharness @ {checkout.as_uri()}", f"clharness runs from the checkout {checkout}, {how}; "
+                      "the package installs that checkout, editable", checkout)
+    for direct in records:
+        url = direct.get("url", "")
+        if direct.get("vcs_info") and url and direct["vcs_info"].get("commit_id"):
+            vcs = direct["vcs_info"]
+            commit = vcs["commit_id"]   # PEP 610: the exact commit pip installed
+            return Source(f"clharness @ {vcs.get('vcs', 'git')}+{url}@{commit}",
+                          f"pip installed clharness from {url} at commit {commit} (its direct_url.json); "
+                          "the package pins that commit")
+        folder = folder_of(direct)
+        if folder is not None:
+            editable = bool(direct["dir_info"].get("editable"))
+            how = "editable" if editable else "a regular install"
+            if not (folder / "pyproject.toml").is_file():
+                raise ScaffoldError(_NO_SOURCE.format(what=f"clharness was installed from the folder {folder} "
+                                                           f"({how}), which holds no pyproject.toml any more"))
+            return Source(f"clharness @ {folder.as_uri()}", f"pip installed clharness from the local checkout "
+                          f"{folder} ({how}, its direct_url.json); the package installs that checkout"
+                          + (", editable" if editable else ""), folder if editable else None)
+        if "archive_info" in direct and url:
+            hashes = direct["archive_info"].get("hashes") or {}
+            pin = f"#sha256={hashes['sha256']}" if "sha256" in hashes and "#" not in url else ""
+            return Source(f"clharness @ {url}{pin}", f"pip installed clharness from the archive {url} "
+                          "(its direct_url.json)")
+    raise ScaffoldError(_NO_SOURCE.format(what=f"pip recorded no source of clharness {version or ''} (no PEP 610 "
+                                               "direct_url.json: an index or wheel-file install)".replace("  ", " ")))
+
+
+_NO_SOURCE = ("clharness init: cannot tell where this clharness came from: {what}. clharness is not on PyPI, "
+              "so give the source with --clharness: a checkout's path, a git URL pinned to a commit "
+              "(git+https://github.com/clharness/clharness@COMMIT) or a requirement")
+
+
+def default_requirement() -> str:
+    """The requirement of :func:`installed_source`."""
+    return installed_source().requirement
+
+
+def chosen_source(spec: str | None = None) -> Source:
+    """``--clharness SPEC`` when given (:func:`requirement_from`; a local checkout is installed
+    editable when this clharness is that checkout, editable), else :func:`installed_source`."""
+    if not spec:
+        return installed_source()
+    requirement = requirement_from(spec)
+    check_requirement(requirement)
     try:
-        direct = json.loads(metadata.distribution("clharness").read_text("direct_url.json") or "{}")
-    except (metadata.PackageNotFoundError, ValueError):
-        direct = {}
-    vcs = direct.get("vcs_info")
-    if vcs and direct.get("url"):
-        commit = vcs.get("commit_id") or vcs.get("requested_revision")
-        return f"clharness @ {vcs.get('vcs', 'git')}+{direct['url']}" + (f"@{commit}" if commit else "")
-    if direct.get("url", "").startswith(("http://", "https://")):   # an sdist or wheel URL
-        return f"clharness @ {direct['url']}"
-    return f"clharness @ git+{repository_url()}"
+        here = installed_source()
+    except ScaffoldError:
+        here = None
+    editable = here is not None and here.folder is not None and requirement == here.requirement
+    return Source(requirement, "--clharness " + spec.strip() + (" (this clharness's own checkout, kept editable)"
+                                                                if editable else ""), here.folder if editable else None)
 
 
 def requirement_from(spec: str) -> str:
@@ -294,15 +381,17 @@ def check_requirement(requirement: str) -> None:
                             "install the clharness distribution")
 
 
-def files(name: str, requirement: str | None = None) -> dict[str, str]:
-    """Relative path -> content of the package for ``name``; ``requirement`` is how its
-    pyproject, README and CI install clharness (default: default_requirement())."""
-    requirement = requirement or default_requirement()
-    local = "file:" in requirement
+def files(name: str, source: Source | str | None = None) -> dict[str, str]:
+    """Relative path -> content of the package for ``name``; ``source`` (a Source or a --clharness
+    spec; default: installed_source()) is how its pyproject, README and CI install clharness."""
+    source = source if isinstance(source, Source) else chosen_source(source)
+    requirement = source.requirement
+    install = (f"python -m pip install -e {shlex.quote(str(source.folder))}   # clharness: this checkout, editable"
+               if source.folder else f'python -m pip install "{requirement}"   # clharness itself (not on PyPI)')
     fill = {"name": name, "dist": f"clharness-{name.replace('_', '-')}", "requirement": requirement,
-            "repository": repository_url(),
+            "repository": repository_url(), "install_clharness": install, "why": source.why.rstrip("."),
             "local_note": ("\n          # clharness from a local path, which CI cannot reach: run `clharness init "
-                           "--clharness git+URL` or edit the next lines" if local else "")}
+                           "--clharness git+URL@COMMIT` or edit the next lines" if "file:" in requirement else "")}
     return {
         "pyproject.toml": PYPROJECT.format(**fill),
         "README.md": README.format(**fill),
@@ -315,17 +404,19 @@ def files(name: str, requirement: str | None = None) -> dict[str, str]:
     }
 
 
-def scaffold(name: str, parent: Path | str = ".", requirement: str | None = None) -> Path:
-    """Write the package ``parent/name`` and return its folder. ``requirement``: how it installs
-    clharness (default: default_requirement())."""
-    requirement = requirement_from(requirement) if requirement else default_requirement()
-    check_requirement(requirement)
+def scaffold(name: str, parent: Path | str = ".", requirement: str | None = None,
+             on_source=lambda source: None) -> Path:
+    """Write the package ``parent/name`` and return its folder. ``requirement``: a --clharness spec
+    (default: where this clharness came from, installed_source()); ``on_source(Source)`` hears the
+    choice before anything is written (the CLI prints it)."""
     root = Path(parent) / name
     if root.exists():   # first: an existing folder in the current directory may also be importable
         raise ScaffoldError(f"clharness init: {root} already exists; remove it or give another NAME "
                             "(or --dir PARENT to create it elsewhere)")
     check_name(name)
-    for rel, text in files(name, requirement).items():
+    source = chosen_source(requirement)
+    on_source(source)
+    for rel, text in files(name, source).items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

@@ -358,8 +358,9 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("tests/test_m2i_paper_metrics.py::test_report_shows_the_papers_acc_and_bwt_and_the_authors_bwt_named",)),
     # scaffold (issue 27 item 6): clharness is not on PyPI; init installs it from git or a local path
     Mutation("scaffold-default-from-pypi", "clharness/scaffold.py",
-             'return f"clharness @ git+{repository_url()}"', 'return "clharness"',
-             ("tests/test_trust_scaffold.py::test_default_requirement_is_the_git_repository_not_pypi",)),
+             'raise ScaffoldError(_NO_SOURCE.format(what=f"pip recorded no source',
+             'return Source("clharness", "") if True else ScaffoldError(_NO_SOURCE.format(what=f"pip recorded no source',
+             ("tests/test_scaffold_source.py::test_no_source_is_an_error_naming_the_flag_never_an_unpinned_url",)),
     Mutation("scaffold-path-not-a-file-url", "clharness/scaffold.py",
              'return f"clharness @ {path.resolve().as_uri()}"', "return spec",
              ("tests/test_trust_scaffold.py::test_clharness_option_takes_a_requirement_a_url_or_a_path",)),
@@ -901,6 +902,23 @@ MUTATIONS: tuple[Mutation, ...] = (
              "(u.key not in stash and session.reuse_case(u.case) is None)]",
              "(u.key not in stash and (session.options.fresh or session.store.reusable(u.key) is None))]",
              ("tests/test_reuse_paths.py::test_an_ensemble_reuses_a_stale_member_only_when_asked",)),
+    # issue 36 item 4: init installs what you have (pinned, editable kept), never an unpinned URL
+    Mutation("init-falls-back-to-unpinned-url", "clharness/scaffold.py",
+             'raise ScaffoldError(_NO_SOURCE.format(what=f"pip recorded no source',
+             'return Source(f"clharness @ git+{repository_url()}", "") if True else ScaffoldError(_NO_SOURCE.format(what=f"pip recorded no source',
+             ("tests/test_scaffold_source.py::test_no_source_is_an_error_naming_the_flag_never_an_unpinned_url",)),
+    Mutation("init-git-source-unpinned", "clharness/scaffold.py",
+             "return Source(f\"clharness @ {vcs.get('vcs', 'git')}+{url}@{commit}\",",
+             "return Source(f\"clharness @ {vcs.get('vcs', 'git')}+{url}\",",
+             ("tests/test_scaffold_source.py::test_a_git_install_is_pinned_to_the_installed_commit",)),
+    Mutation("init-editable-install-not-kept", "clharness/scaffold.py",
+             '+ (", editable" if editable else ""), folder if editable else None)',
+             '+ (", editable" if editable else ""), None)',
+             ("tests/test_scaffold_source.py::test_a_local_folder_stays_editable_only_if_pip_installed_it_editable",)),
+    Mutation("init-ignores-the-checkout-it-runs-from", "clharness/scaffold.py",
+             "    if checkout is not None:\n        pip = next(", "    if False:\n        pip = next(",
+             ("tests/test_scaffold_source.py::test_the_checkout_it_runs_from_is_the_source_kept_editable",
+              "tests/test_scaffold_source.py::test_this_copy_runs_from_this_checkout")),
 )
 
 

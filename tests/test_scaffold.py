@@ -92,27 +92,6 @@ def test_a_bad_clharness_requirement_is_refused(tmp_path, capsys, spec, why):
     assert why in capsys.readouterr().err and list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("direct, expected", [
-    ({"url": "https://github.com/lab/clharness", "vcs_info": {"vcs": "git", "commit_id": "abc123"}},
-     "clharness @ git+https://github.com/lab/clharness@abc123"),
-    # CI cannot reach a local copy, and clharness is not on PyPI: its git repository (issue 27 item 6)
-    ({"url": "file:///home/me/clharness", "dir_info": {"editable": True}}, "clharness @ git+https://github.com/clharness/clharness"),
-    ({"url": "https://files.example.org/clharness-0.1.tar.gz", "archive_info": {}},
-     "clharness @ https://files.example.org/clharness-0.1.tar.gz"),
-    (None, "clharness @ git+https://github.com/clharness/clharness"),
-])
-def test_default_requirement_follows_how_clharness_was_installed(monkeypatch, direct, expected):
-    import json
-    from importlib import metadata
-    from clharness import scaffold
-
-    class Dist:
-        def read_text(self, name):
-            return None if direct is None else json.dumps(direct)
-    monkeypatch.setattr(metadata, "distribution", lambda name: Dist())
-    assert scaffold.default_requirement() == expected
-
-
 def _run_generated_tests(package, artifacts):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(package), str(REPO)]), CLH_ARTIFACTS=str(artifacts))
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=package, env=env,
