@@ -326,6 +326,8 @@ class ExemplarLearner(SupervisedMethod):
     def nme_logits(self, x: torch.Tensor) -> torch.Tensor:
         """Nearest-mean-of-exemplars (Algorithm 1): y* = argmin_y ||phi(x) - mu_y||, as the logit
         -||phi(x) - mu_y||^2 of normalised features; classes without exemplars get a very low logit."""
+        if self.class_means is None and not self.labels.seen:   # before the first task: no class has exemplars
+            return torch.full((len(x), self.context.num_classes), NEG, device=x.device)
         if self.class_means is None:
             raise MethodError(f"method {self.name!r}: the nearest-mean classifier needs exemplars; "
                               "give the suite a memory_size > 0 or use classifier='cnn'")

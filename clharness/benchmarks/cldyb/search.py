@@ -30,6 +30,7 @@ from torch import nn
 
 from ... import metrics
 from ...method import Diverged, Experience, Method, MethodError
+from ...state_guard import unchanged
 from . import clustering, sampling
 from .pool import DataPool
 
@@ -193,7 +194,8 @@ class Search:
         correct = torch.zeros(T, device=self.device)
         total = torch.zeros(T, device=self.device)
         for x, y in self._val(tasks).batches(self.cfg.eval_batch_size):
-            logits = method.predict(x)
+            with unchanged(method):   # the look-ahead's evaluation never changes a method either
+                logits = method.predict(x)
             if not isinstance(logits, torch.Tensor) or logits.shape != (len(x), method.context.num_classes):
                 raise MethodError(f"method {method.name!r}: predict() returned "
                                   f"{getattr(logits, 'shape', type(logits).__name__)}; expected "
