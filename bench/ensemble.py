@@ -152,7 +152,7 @@ def gtep_phase(path, ensemble, store, quick: bool = False):
     (Session.execute, in order, through a fresh results store); ``ensemble``: False (solo), "seeds" or
     "hparams" (--clh-ensemble[=hparams]). Returns wall and CPU seconds of the units (not the suite's
     expansion) and key -> record."""
-    from clharness.engine import outcomes
+    from clharness import outcomes
     from clharness.engine.plan import expand
     from clharness.engine.session import Options, Session
     session = Session(Options(results=store, device="cpu", ensemble=ensemble, quick=quick), warn=lambda _: None)

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from .registry import Registry
 
@@ -41,7 +42,7 @@ class Task:
 
 @dataclass
 class Scenario:
-    spec: Any                        # engine.suites.ScenarioSpec
+    spec: Any                        # clharness.scenario_spec.ScenarioSpec
     seed: int
     setting: Any                     # clharness.Setting
     tasks: list[Task]
@@ -63,6 +64,91 @@ class Scenario:
                           batch_size=self.spec.batch_size, seed=self.seed * 1000 + t)
 
 
+@dataclass(eq=False)
+class Unit:
+    """One unit of a session: one test id (``scenario[method-seedN]``), the work behind it and what it
+    leaves behind. ``run(session, unit)`` does the work and raises a ``clharness.outcomes`` exception
+    when it does not pass; what it leaves behind goes to ``properties``. The engine makes the plain
+    ones; a family's ``collect`` makes its own (``FamilySession.case_unit`` for a unit running a case)."""
+    name: str                                   # "scenario[method-seedN]": the test id inside the suite
+    run: Callable[[Any, "Unit"], Any]
+    suite: str = ""
+    path: Path | None = None                    # the suite file (a front end reports the unit there)
+    label: str | None = None                    # how a report names it (default: "<suite>::<name>")
+    case: Any = None                            # a case (FamilySession.case), for units that run one as is
+    key: str | None = None                      # the record key it produces, when known before it runs
+    amend: Callable | None = None               # edits its fresh record (also for a remote executor's)
+    after: str | None = None                    # a record key it waits for first (a CLDyB search)
+    shared: bool = False                        # several units may hold ``key``: the first trains it
+    role: str = "case"                          # case | gate | search | selection | selected | eval | ...
+    data: dict = field(default_factory=dict)    # the family's own payload
+    properties: list = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        return self.label or f"{self.suite}::{self.name}"
+
+
+class FamilySession(Protocol):
+    """The session as a collecting family sees it: ``collect(session, ...)`` and its units'
+    ``run(session, unit)`` receive one. The engine's ``Session`` implements it (engine.family_session);
+    a family reaches the engine only through it, so it imports no engine module."""
+    harness: Any          # the registries: methods, datasets, backbones
+    options: Any          # what the session was asked (presets, results, data_root, download, reuse_stale, ...)
+    session_id: str
+    device: Any           # the torch device runs train on
+    store: Any            # the results store (records(), put())
+    remote: Any           # a remote executor (Ray: map_method) or None
+    stale_reused: dict    # key -> the record --clh-reuse-stale answered it with
+
+    # --- collecting: cases, their units and keys ---
+    def case(self, suite: str, spec, method: str, seed: int, hparams: dict, shared: bool = False) -> Any:
+        """The run of ``method`` on ``spec`` for ``seed``; ``shared``: its key leaves out the suite, so
+        scenarios of several suites share one stored run (GTEP's tuning runs)."""
+
+    def resolve_hparams(self, method_cls, *layers: dict) -> dict:
+        """The method's hyperparameters with ``layers`` applied in order (later wins), checked (ValueError)."""
+
+    def case_unit(self, suite, name: str, case, **fields) -> Unit:
+        """The unit that runs ``case`` through the store, keyed by it; ``fields`` as Unit's (``run``, ...)."""
+
+    def selection_units(self, suite, case, name: str, *, after: str | None, make_plain: Callable[[], Unit]) -> list[Unit]:
+        """With the scenario's ``select_hparams``: the selection runs of ``case``, then the unit ``name``
+        that runs it with their choice; else ``[make_plain()]``."""
+
+    def search_keys(self, suite: str, scenario: dict, job: str, seed: int, search_version: int,
+                    methods: list, code) -> tuple[str, str]:
+        """(record key, base key) of a protocol step that is not a case (a CLDyB search)."""
+
+    def code_digest(self, obj, family_file: str | None) -> str:
+        """The digest of the code ``obj`` (a class) runs with, as record keys hold it."""
+
+    def versions(self) -> dict[str, str]:
+        """The library versions record keys hold."""
+
+    # --- running: the store, other units' records, a method of one's own ---
+    def run_stored(self, unit: Unit, case, amend: Callable | None = None, divergence_expected: bool = False) -> Any:
+        """Run ``case`` through the store (reused when stored) and raise its status as an outcome."""
+
+    def wait_for(self, keys: list[str]) -> tuple[list, list[str]]:
+        """(records, missing keys): the records of ``keys``, awaited where this session runs them."""
+
+    def owner(self, key: str) -> Unit | None:
+        """The first scheduled unit sharing ``key``: it trains the run, the others wait for it."""
+
+    def reuse(self, key: str, base_key: str | None = None) -> Any:
+        """The stored record that stands for ``key`` (the session's one reuse rule), or None."""
+
+    def say_stale(self, unit: Unit, record, now: str) -> None:
+        """Note on ``unit`` that --clh-reuse-stale answered it with ``record`` made by other code."""
+
+    def method_context(self, case, shape, harness, device) -> Any:
+        """The ``clharness.Context`` a method of ``case`` is built with, for ``shape`` (setting, classes, input)."""
+
+    def seed_everything(self, seed: int) -> None:
+        """Seed Python's, NumPy's and torch's random streams as a run's start does."""
+
+
 class Family:
     """The family contract: every hook a benchmark family may define. ``build`` is required; every other
     hook has the default below (a family without it behaves as a plain one). Subclass it, or write a
@@ -79,8 +165,9 @@ class Family:
     SELECTS_HPARAMS: bool = False
     #: method names of its records that are protocol steps, not methods (left out of comparisons)
     PSEUDO_METHODS: tuple[str, ...] = ()
-    #: ``collect(session, suite, spec, methods, seeds) -> [engine.units.Unit]``: its own units (multi-run
-    #: protocols: GTEP's phases, CLDyB's search). None: one plain case per method and seed
+    #: ``collect(session: FamilySession, suite, spec, methods, seeds) -> [Unit]``: its own units (multi-run
+    #: protocols: GTEP's phases, CLDyB's search), reaching the engine only through ``session``. None: one
+    #: plain case per method and seed
     collect: Callable | None = None
     #: ``page_html_sections(records, page, harness) -> [(title, html)]``: instead of ``html_sections`` where
     #: its section needs runs of other suites of the page (M2I pairs an m2i suite with an i2m one). None: unused

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .engine import outcomes
+from . import outcomes
 from .engine.session import Options, Session
 from .engine.suites import SuiteError, is_suite_file
 from .plugins import has_hookimpls

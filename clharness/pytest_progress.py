@@ -119,7 +119,7 @@ class CaseProgress:
 def result_text(nodeid: str, outcome: str, properties) -> str | None:
     """A case's one line in a log: its outcome and, from its record, final accuracy and training time;
     None for an item that is not a clharness unit."""
-    from .engine import outcomes
+    from . import outcomes
     props = dict(properties or ())
     if not any(key.startswith(("clharness_", "clh_")) for key in props):
         return None

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
+from clharness.engine.family_session import FamilyServices
 from clharness import metrics
 from clharness.toolkit.backbones import MLP
 from clharness.benchmarks.cldyb import kind, sequence
@@ -230,7 +231,7 @@ def test_sequence_file_round_trips_and_replays_for_a_held_out_method(tmp_path):
                                           "options": {"num_classes": 20, "image_size": 8, "train_per_class": 20}}]})
     kind.check(spec)
     job = kind.Job("cc", "cc", ["finetune"], ["ncm"])
-    seq = kind.run_search("s", spec, job, {"finetune": {}}, harness, 0, CPU)
+    seq = kind.run_search(FamilyServices(), "s", spec, job, {"finetune": {}}, harness, 0, CPU)
     path = sequence.save(tmp_path / "seq.json", seq)
     loaded = sequence.load(path)
     assert loaded["format"] == sequence.FORMAT and loaded["methods"] == ["finetune"] and loaded["backbone"] == "mlp"

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import clharness.engine.runner  # noqa: F401  (loaded once: pytester runs share one torch)
+from clharness.engine.family_session import FamilyServices
 import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
 from clharness.benchmarks.gtep import protocol as gtep
@@ -243,7 +244,7 @@ def test_method_space_restricts_general_parameters_and_applies_fixed_values():
     assert ms.fixed == {"momentum": 0.9} and "momentum" not in ms.space
     lwf = gtep_search.method_space(clharness_methods.lwf.LwF, {"general": "table4"})
     assert lwf.space["temperature"].values == (0.5, 1, 1.5, 2, 2.5)     # table 4's T (KD) set
-    case = gtep.make_case(load_suite_stub(), spec(), er, {}, ms, {"epochs": 3, "lr": 0.1, "scheduler": "steplr",
+    case = gtep.make_case(FamilyServices(), load_suite_stub(), spec(), er, {}, ms, {"epochs": 3, "lr": 0.1, "scheduler": "steplr",
                                                                   "num_milestones": 2, "lr_decay": 0.5}, "tune", 1, 4)
     assert case.scenario.epochs == 3 and case.scenario.name == "s:tune-c4" and case.hparams["momentum"] == 0.9
     assert case.hparams["scheduler"] == "steplr" and "epochs" not in case.hparams

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import clharness as clh
+from clharness.engine.family_session import FamilyServices
 from clharness.toolkit.backbones import MLP
 from clharness.benchmarks.gtep import search as gtep_search, summary as gtep_summary
 
@@ -309,7 +310,7 @@ def test_every_gtep_method_trains_with_sgd_momentum_0_9(harness, suite_name):
             continue
         space = gtep_search.method_space(cls, spec.options)
         config = {**gtep_search.draw(space.space, "t", m, 0), "optimizer": "sgd"}   # momentum exists with SGD only
-        case = gtep.make_case(suite, spec, cls, suite.hparams.get(m, {}), space, config, "eval", 0)
+        case = gtep.make_case(FamilyServices(), suite, spec, cls, suite.hparams.get(m, {}), space, config, "eval", 0)
         assert case.hparams.get("momentum", cls.hparams["momentum"].default) == 0.9, m   # defaults stay implicit
         checked += 1
     assert checked >= 4
@@ -349,7 +350,7 @@ def test_each_phase_runs_the_papers_architecture_for_its_dataset(harness, suite_
         space = gtep_search.method_space(cls, spec.options)
         config = gtep_search.draw(space.space, "t", "finetune", 0)
         for phase in ("tune", "eval"):
-            case = gtep.make_case(suite, spec, cls, {}, space, config, phase, 0, k=0 if phase == "tune" else None)
+            case = gtep.make_case(FamilyServices(), suite, spec, cls, {}, space, config, phase, 0, k=0 if phase == "tune" else None)
             run = case.scenario
             where = run.dataset + (f":{run.dataset_options['path']}" if "path" in run.dataset_options else "")
             assert _arch(run) == PAPER_ARCH[where], (spec.name, phase)
@@ -366,10 +367,10 @@ def test_eval_spec_changes_only_the_evaluation_phase(harness):
     cls = harness.methods["finetune"]
     space = gtep_search.method_space(cls, spec.options)
     config = gtep_search.draw(space.space, "t", "finetune", 0)
-    tune = gtep.make_case(suite, spec, cls, {}, space, config, "tune", 0, k=0, tuning="x")
+    tune = gtep.make_case(FamilyServices(), suite, spec, cls, {}, space, config, "tune", 0, k=0, tuning="x")
     plain = with_overrides(spec, options={**spec.options, "eval_spec": {}})
     assert gtep.tuning_id(spec) == gtep.tuning_id(plain)          # the D^HT runs are shared either way
     assert tune.scenario.backbone == "resnet32"
-    evaluated = gtep.make_case(suite, spec, cls, {}, space, config, "eval", 0).scenario
+    evaluated = gtep.make_case(FamilyServices(), suite, spec, cls, {}, space, config, "eval", 0).scenario
     assert (evaluated.backbone, evaluated.image_size) == ("timm", [224, 224])
-    assert gtep.make_case(suite, plain, cls, {}, space, config, "eval", 0).scenario.backbone == "resnet32"
+    assert gtep.make_case(FamilyServices(), suite, plain, cls, {}, space, config, "eval", 0).scenario.backbone == "resnet32"

@@ -44,12 +44,12 @@ def test_every_key_field_is_declared_and_an_undeclared_one_is_refused():
 
 
 def test_subclassed_cases_leave_out_and_add_fields_through_the_one_builder(harness):
-    from clharness.benchmarks.gtep.tune_case import TuneCase
+    from clharness.engine.shared_case import SharedCase
     from clharness.engine.hparam_selection import SelectionCase
     cls = harness.methods["tiny"]
     case = quick_case()
     full = case.definition(cls, runner.versions())
-    tune = TuneCase(case.suite, case.scenario, case.method, case.seed, case.hparams).definition(cls, runner.versions())
+    tune = SharedCase(case.suite, case.scenario, case.method, case.seed, case.hparams).definition(cls, runner.versions())
     sel = SelectionCase(case.suite, case.scenario, case.method, case.seed, case.hparams, first_tasks=2) \
         .definition(cls, runner.versions())
     assert tune == {k: v for k, v in full.items() if k != "suite"}

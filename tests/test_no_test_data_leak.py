@@ -28,6 +28,7 @@ import pytest
 import torch
 
 import clharness as clh
+from clharness.engine.family_session import FamilyServices
 from clharness.engine import runner
 from clharness.benchmarks.gtep import protocol as gtep
 from clharness.benchmarks.cldyb import kind as cldyb_kind
@@ -312,7 +313,7 @@ def test_cldyb_search_and_replay(harness, spy, monkeypatch, tmp_path):
     spec = replace(base, options={**base.options, "pool": base.options["pool"][:2], "steps": 2, "candidates": 4,
                                   "search_space": 2})
     job = cldyb_kind.Job("ic-leakspy", "ic", ["leakspy"], ["leakspy"])
-    sequence = cldyb_kind.run_search("leak", spec, job, {"leakspy": {}}, harness, 0, CPU)
+    sequence = cldyb_kind.run_search(FamilyServices(), "leak", spec, job, {"leakspy": {}}, harness, 0, CPU)
     assert_nothing_hidden_reached(seen, lambda step: pool_secrets(pools[-1]), task_ids_hidden=True)
 
     seen.clear()

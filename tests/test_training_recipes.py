@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import clharness as clh
+from clharness.engine.family_session import FamilyServices
 from clharness.benchmarks.gtep import protocol as gtep
 from clharness.results import run_key
 from clharness.engine.runner import Case, run_case
@@ -68,7 +69,7 @@ def test_gtep_first_task_trains_with_table_3_then_the_sampled_configuration(harn
     config = {"epochs": 5, "batch_size": 16, "lr": 0.03, "weight_decay": 1e-4, "scheduler": "steplr",
               "num_milestones": 2, "lr_decay": 0.5}
     Suite = type("Suite", (), {"name": "g", "hparams": {}})
-    case = gtep.make_case(Suite, spec, OptimizerLog, {}, space, config, "eval", 0)
+    case = gtep.make_case(FamilyServices(), Suite, spec, OptimizerLog, {}, space, config, "eval", 0)
     OptimizerLog.log.clear()
     record = run_case(case, harness, torch.device("cpu"))
     assert record.status == "passed", record.message

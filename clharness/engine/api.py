@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..results import RunRecord, records_frame
-from . import outcomes
+from .. import outcomes
 from .session import Options, Session
 
 

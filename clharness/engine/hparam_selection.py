@@ -241,7 +241,7 @@ def collect(session, suite, spec, methods, seeds) -> list:
 
 
 def _run_selection(session, unit) -> None:
-    from . import outcomes
+    from .. import outcomes
     if unit.after:
         session.await_passed(unit.after, unit.name)
     owner = session.owner(unit.key)
@@ -256,7 +256,7 @@ def _run_selection(session, unit) -> None:
 
 
 def _run_selected(session, unit) -> None:
-    from . import outcomes
+    from .. import outcomes
     p: Plan = unit.data["plan"]
     keys = unit.data["keys"]
     if unit.after:

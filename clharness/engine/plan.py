@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import outcomes
+from .. import outcomes
 from ..kinds import family
 from .suites import Suite, SuiteError, did_you_mean, load_suite
 from .units import Unit, case_unit, suite_hparams

@@ -447,7 +447,7 @@ class RayExecutor:
                 runner.submit(unit.key, unit.case, unit.amend, unit.name.split("[")[0])
 
     def result(self, key: str, case) -> RunRecord:
-        from .outcomes import Failed
+        from ..outcomes import Failed
         try:
             record = self.start().result(key, case)
         except RayBackendError as exc:

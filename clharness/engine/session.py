@@ -2,7 +2,7 @@
 
 Shared by every front end: the pytest plugin builds one per pytest session (and per xdist worker,
 all with the controller's session id), ``clharness.run`` one per call. Nothing here knows pytest:
-outcomes are raised as ``engine.outcomes`` exceptions, and what a unit leaves behind goes to its
+outcomes are raised as ``clharness.outcomes`` exceptions, and what a unit leaves behind goes to its
 ``properties`` list, which a front end reads.
 """
 from __future__ import annotations
@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..results import REUSABLE, RunRecord
-from . import outcomes
+from .. import outcomes
+from .family_session import FamilyServices
 
 
 class ClhWarning(UserWarning):
@@ -60,7 +61,7 @@ class Options:
     ensemble: bool | str | None = False
 
 
-class Session:
+class Session(FamilyServices):   # FamilyServices: what a collecting family asks (kinds.FamilySession)
     """One session's state; ``reuse`` is the one place any executor decides to reuse a stored record,
     ``run_stored`` the one place a case's record is reused or made."""
 

@@ -26,7 +26,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ...engine.suites import LATER_KEYS, ScenarioSpec
+from ...kinds import Unit
+from ...outcomes import Failed
+from ...scenario_spec import LATER_KEYS, ScenarioSpec, SuiteError
 from .summary import SEARCH_METHOD, USE_CASES, _final_aa, summary_rows  # noqa: F401  (shared with report_html)
 PSEUDO_METHODS = (SEARCH_METHOD,)   # the search's own records: a protocol step, no method (clharness.kinds)
 
@@ -184,16 +186,16 @@ class Job:
     evaluated: list       # methods evaluated on the sequence
 
 
-def run_search(suite_name: str, spec: ScenarioSpec, job: Job, hparams: dict, harness, seed: int, device,
+def run_search(session, suite_name: str, spec: ScenarioSpec, job: Job, hparams: dict, harness, seed: int, device,
                data_root=None, download=False, remote=None) -> dict:
     """One search: build the pool and the live methods, run the steps, return the sequence dict.
-    ``remote``: an executor with ``map_method`` (Ray): the look-ahead values every candidate as its
-    own task (``remote_fan_out``); the same arithmetic per candidate, so the same sequence."""
+    ``session`` (a ``kinds.FamilySession``) seeds, makes the methods' cases and contexts and names the
+    versions. ``remote``: an executor with ``map_method`` (Ray): the look-ahead values every candidate as
+    its own task (``remote_fan_out``); the same arithmetic per candidate, so the same sequence."""
     from ...method import Setting
-    from ...engine.runner import Case, make_context, seed_everything, versions
     from .search import Search
     from .sequence import describe_device
-    seed_everything(seed)
+    session.seed_everything(seed)
     o = spec.options
     settings = pool_settings(spec, seed)
     random_order = job.use_case in ("random", "heldout")
@@ -206,8 +208,8 @@ def run_search(suite_name: str, spec: ScenarioSpec, job: Job, hparams: dict, har
     methods = []
     for name in job.searchers:
         cls = harness.methods[name]
-        methods.append(cls(make_context(Case(suite_name, spec, name, seed, hparams[name]), shape, harness, device),
-                           **hparams[name]))
+        case = session.case(suite_name, spec, name, seed, hparams[name])
+        methods.append(cls(session.method_context(case, shape, harness, device), **hparams[name]))
 
     def grow(step):
         return [c for e in growth if e["step"] == step for c in add_entry(pool, e, harness.datasets, data_root, download)]
@@ -223,7 +225,7 @@ def run_search(suite_name: str, spec: ScenarioSpec, job: Job, hparams: dict, har
             "backbone": spec.backbone, "backbone_options": spec.backbone_options, "epochs": spec.epochs,
             "classes_per_task": cfg.classes_per_task, "pool": list(entries), "pool_growth": list(growth),
             "pool_settings": settings, "search": dataclasses.asdict(cfg), "device": describe_device(device),
-            "versions": versions(), "search_seconds": time.perf_counter() - t0, "steps": steps}
+            "versions": session.versions(), "search_seconds": time.perf_counter() - t0, "steps": steps}
 
 
 def step_timings(sequence: dict) -> dict[str, float]:
@@ -248,11 +250,6 @@ def remote_fan_out(remote):
 
 # ---------------------------------------------------------------------------------- units
 def collect(session, suite, spec: ScenarioSpec, methods: list[str], seeds: int) -> list:
-    from ...engine import keys
-    from ...engine.runner import Case, resolve_hparams, versions
-    from ...engine.suites import SuiteError
-    from ...engine.units import Unit, case_unit
-    from ...engine.code_identity import code_digest
     from .search import SEARCH_VERSION, Search
     harness = session.harness
     o = spec.options
@@ -260,34 +257,30 @@ def collect(session, suite, spec: ScenarioSpec, methods: list[str], seeds: int) 
     hparams = {}
     for m in dict.fromkeys([*methods, *searchers]):
         try:
-            hparams[m] = resolve_hparams(harness.methods[m], suite.hparams.get(m, {}))
+            hparams[m] = session.resolve_hparams(harness.methods[m], suite.hparams.get(m, {}))
         except ValueError as exc:
             raise SuiteError(f"{suite.path}: [hparams.{m}]: {exc}") from None
 
     def case_units(name, case, search_key=None, search_name=None) -> list:
         """The case's unit (a replay waits for its search); with ``select_hparams``, its selection
         runs on the sequence's first tasks before it, and it runs with their choice."""
-        method_cls = harness.methods[case.method]
-
         def plain():
             if search_key is None:
-                return case_unit(suite, name, case, method_cls)
-            return case_unit(suite, name, case, method_cls, run=_run_replay, after=search_key,
-                             data={"search_name": search_name})
+                return session.case_unit(suite, name, case)
+            return session.case_unit(suite, name, case, run=_run_replay, after=search_key,
+                                     data={"search_name": search_name})
         if spec.select_hparams is None:
             return [plain()]
-        from ...engine.hparam_selection import units
-        return units(session, suite, case, name, method_cls, after=search_key, make_plain=plain)
+        return session.selection_units(suite, case, name, after=search_key, make_plain=plain)
 
     if o["sequence"]:   # a saved sequence: a static scenario for any method
         path = Path(o["sequence"])
         if not path.is_absolute():   # a relative path names a file beside the suite file, wherever it runs
-            from ...engine.suites import with_overrides
-            spec = with_overrides(spec, options={**o, "sequence": str(Path(suite.path).resolve().parent / path)})
+            spec = dataclasses.replace(spec, options={**o, "sequence": str(Path(suite.path).resolve().parent / path)})
         out = []
         for m in methods:
             for seed in range(seeds):
-                out += case_units(f"{spec.name}[{m}-seed{seed}]", Case(suite.name, spec, m, seed, hparams[m]))
+                out += case_units(f"{spec.name}[{m}-seed{seed}]", session.case(suite.name, spec, m, seed, hparams[m]))
         return out
 
     root = Path(o["sequence_dir"])
@@ -303,11 +296,11 @@ def collect(session, suite, spec: ScenarioSpec, methods: list[str], seeds: int) 
             else:
                 jobs.append(Job(use_case, use_case, [], list(methods)))
         for job in jobs:
-            definition = keys.search_definition(
-                suite.name, _search_spec(spec), job.label, seed, versions(), SEARCH_VERSION,
+            key, base = session.search_keys(   # base: the same search under any code
+                suite.name, _search_spec(spec), job.label, seed, SEARCH_VERSION,
                 [(m, harness.methods[m].version, hparams[m]) for m in job.searchers],
-                [code_digest(harness.methods[m], __file__) for m in job.searchers] or code_digest(Search, __file__))
-            key, base = keys.record_key(definition), keys.base_key_of(definition)   # base: under any code
+                [session.code_digest(harness.methods[m], __file__) for m in job.searchers]
+                or session.code_digest(Search, __file__))
             path = root / f"{suite.name}-{spec.name}-{job.label}-seed{seed}.json"
             name = f"{spec.name}[search-{job.label}-seed{seed}]"
             searches.append(Unit(name, _run_search, suite=suite.name, path=suite.path, key=key, role="search",
@@ -319,7 +312,7 @@ def collect(session, suite, spec: ScenarioSpec, methods: list[str], seeds: int) 
                                                        "search_key_base": base})   # engine.keys.KEYED_OPTIONS
             for m in job.evaluated:
                 evals += case_units(f"{spec.name}/{job.use_case}[{m}-seed{seed}]",
-                                    Case(suite.name, replay_spec, m, seed, hparams[m]), key, name)
+                                    session.case(suite.name, replay_spec, m, seed, hparams[m]), key, name)
     return searches + evals   # the searches first, then every replay
 
 
@@ -331,14 +324,12 @@ def _search_spec(spec: ScenarioSpec) -> dict:
             if k != "select_hparams" and not (k in SEARCH_LATER_KEYS and v == SEARCH_LATER_KEYS[k])}
 
 
-# every spec key that joined after the search key was defined (all of engine.suites.LATER_KEYS but the three
+# every spec key that joined after the search key was defined (all of scenario_spec.LATER_KEYS but the three
 # that were there from the start), so a key added to the spec later never moves the keys of stored searches
 SEARCH_LATER_KEYS = {k: v for k, v in LATER_KEYS.items() if k not in ("augment", "first_task_train", "select_hparams")}
 
 
 def _run_search(session, unit) -> None:
-    from ...engine.outcomes import Failed
-    from ...engine.runner import versions
     from ...results import RunRecord
     from . import sequence as seqmod
     d = unit.data
@@ -354,11 +345,11 @@ def _run_search(session, unit) -> None:
             pass
     session.stale_reused.pop(unit.key, None)   # searched again: its own record answers
     record = RunRecord(suite=unit.suite, scenario=f"{spec.name}/{job.label}", method=SEARCH_METHOD,
-                       seed=seed, setting=spec.setting, device=str(session.device), versions=dict(versions()),
+                       seed=seed, setting=spec.setting, device=str(session.device), versions=dict(session.versions()),
                        key=unit.key, base_key=d["base_key"], started_at=time.time(), session=session.session_id)
     root = session.options.data_root
     try:
-        seq = run_search(unit.suite, spec, job, d["hparams"], session.harness, seed, session.device,
+        seq = run_search(session, unit.suite, spec, job, d["hparams"], session.harness, seed, session.device,
                          Path(root) if root else None, session.options.download, remote=session.remote)
         seq["search_key"] = unit.key
         seqmod.save(path, seq)
@@ -375,7 +366,6 @@ def _run_search(session, unit) -> None:
 
 
 def _run_replay(session, unit) -> None:
-    from ...engine.outcomes import Failed
     if session.options.reuse_stale:   # its search may be answered by a stale record in another process (xdist)
         session.reuse(unit.after, unit.case.scenario.options.get("search_key_base"))
     records, missing = session.wait_for([unit.after])

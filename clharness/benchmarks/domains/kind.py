@@ -27,7 +27,7 @@ import torch
 
 from ...data import ArrayDataset, load_split
 from ...kinds import Scenario, ScenarioError, Task
-from ...engine.suites import ScenarioSpec
+from ...scenario_spec import ScenarioSpec
 from ...method import Setting
 from ...toolkit import augment
 from ...data.subsets import normalization, on_device, per_class_index

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from ...scenario_spec import SuiteError
+
 
 PRESET_DHT = {"cifar50-1": ("cifar100", None, [0, 50]), "imagenet50-1": ("imagefolder", "imagenet", [0, 50]),
               "imagenet100-1": ("imagefolder", "imagenet", [0, 100]), "cub100-1": ("cub200", None, [0, 100]),
@@ -32,7 +34,6 @@ def preset_applies(name: str, spec) -> bool:
 
 def check_preset_scope(name: str, suite) -> None:
     """A preset that configures none of the suite's GTEP scenarios is a mistake, said before any training."""
-    from ...engine.suites import SuiteError
     specs = [s for s in suite.scenarios if s.kind == "gtep"]
     if specs and not any(preset_applies(name, s) for s in specs):
         have = ", ".join(f"{s.name} ({s.options['tune_dataset']}{s.options['tune_classes'] or ''}, "
@@ -44,7 +45,6 @@ def check_preset_scope(name: str, suite) -> None:
 def session_presets(presets) -> list[tuple[str, dict]]:
     """The presets ``gtep:<name>`` -> [(name, {our method: the paper's configuration})]; other
     families' presets are theirs to read."""
-    from ...engine.suites import SuiteError
     from .paper_configs import PresetError, preset
     out = []
     for text in presets or []:

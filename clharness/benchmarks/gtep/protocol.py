@@ -5,7 +5,7 @@ Phase 1 (Alg. 2): per method, R configurations drawn from its search space (conf
 ``random.Random`` seeded by (suite, scenario, method, k)), each run on S trials of D^HT (a fresh
 model, the class order shuffled by the trial's seed) and scored on D^HT's validation split. One
 item per run: ``<suite>::<scenario>[<method>-tune-c<k>-t<s>]``. Phase 2 (Alg. 3): one item per
-trial, ``[<method>-eval-t<s>]``, that waits for the method's tuning records (``ClhSession.wait_for``,
+trial, ``[<method>-eval-t<s>]``, that waits for the method's tuning records (the session's ``wait_for``,
 so it works across pytest-xdist workers), selects H* (Alg. 1 SelectBestHyperparameter: the highest
 harmonic mean of final Acc and AvgAcc, averaged over the trials) and runs it on D^E.
 
@@ -22,6 +22,9 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from ...hparams import HParamError
+from ...kinds import Unit
+from ...outcomes import SHARED_WITH, ExpectedFailure, Failed
+from ...scenario_spec import SuiteError, spec_definition
 from .phases import PAPER
 from .search import BUDGET, MethodSpace, draw, method_space
 from .selection import DEFAULT_SELECTION, select_best
@@ -37,7 +40,6 @@ def tuning_id(spec) -> str:
     and low similarity D^E): scenarios with the same id share their tuning runs (same record keys,
     in one suite or across suites). Readable: ``<dataset>[<start>-<stop>]-<task config>-<hash>``."""
     from ...results import run_key
-    from ...engine.suites import spec_definition
     base = spec_definition(phase_spec(spec, "tune", {}, 0))
     base.pop("name")
     o = spec.options
@@ -68,18 +70,18 @@ def phase_spec(spec, phase: str, config: Mapping[str, Any], k: int | None = None
                             "split_seed": o["split_seed"]})
 
 
-def make_case(suite, spec, method_cls, base_hparams, space: MethodSpace, config, phase, trial, k=None,
-              tuning: str | None = None, paper: str | None = None):
-    """One phase run. A tuning run is a ``TuneCase``: its key leaves out the suite, so the same
-    D^HT tuning in two suites is one stored run."""
-    from ...engine.runner import Case, resolve_hparams
+def make_case(session, suite, spec, method_cls, base_hparams, space: MethodSpace, config, phase, trial, k=None,
+                tuning: str | None = None, paper: str | None = None):
+    """One phase run, made by ``session`` (a ``kinds.FamilySession``). A tuning run is a shared case: its
+    key leaves out the suite, so the same D^HT tuning in two suites is one stored run."""
     args = {**space.fixed, **config}
-    hparams = resolve_hparams(method_cls, base_hparams, {a: v for a, v in args.items() if a in method_cls.hparams})
+    hparams = session.resolve_hparams(method_cls, base_hparams,
+                                      {a: v for a, v in args.items() if a in method_cls.hparams})
     budgets = {a: v for a, v in args.items() if a in BUDGET}
     if phase == "tune" and tuning:
-        from .tune_case import TuneCase
-        return TuneCase(suite.name, phase_spec(spec, phase, budgets, k, tuning, paper), method_cls.name, trial, hparams)
-    return Case(suite.name, phase_spec(spec, phase, budgets, k, tuning), method_cls.name, trial, hparams)
+        return session.case(suite.name, phase_spec(spec, phase, budgets, k, tuning, paper), method_cls.name, trial,
+                            hparams, shared=True)
+    return session.case(suite.name, phase_spec(spec, phase, budgets, k, tuning), method_cls.name, trial, hparams)
 
 
 # ----------------------------------------------------------------------------- units
@@ -94,8 +96,6 @@ def collect(session, suite, spec, methods, seeds) -> list:
     7(a), Tables 7 and 14), shown as that row's tuning-phase score.
     Parameters the preset names that the method does not take are not applied (``unmapped`` in
     paper_configs.json lists the paper's keys with no counterpart here)."""
-    from ...engine.suites import SuiteError
-    from ...engine.units import Unit, case_unit
     o = spec.options
     R, S = o["configurations"], o["trials"]
     tuning = tuning_id(spec)
@@ -109,15 +109,15 @@ def collect(session, suite, spec, methods, seeds) -> list:
             space = method_space(method_cls, o)
             base = suite.hparams.get(method, {})
             configs = [draw(space.space, tuning, method, k) for k in range(R)]
-            cases = [[make_case(suite, spec, method_cls, base, space, configs[k], "tune", s, k, tuning)
+            cases = [[make_case(session, suite, spec, method_cls, base, space, configs[k], "tune", s, k, tuning)
                       for s in range(S)] for k in range(R)]
         except HParamError as exc:
             raise SuiteError(f"{suite.path}: scenario {spec.name!r}: {exc}") from None
         tune_keys = {}
         for k in range(R):
             for s in range(S):
-                unit = case_unit(suite, f"{spec.name}[{method}-tune-c{k}-t{s}]", cases[k][s], method_cls,
-                                 run=_run_tune, amend=phase_amend(cases[k][s]), shared=True)
+                unit = session.case_unit(suite, f"{spec.name}[{method}-tune-c{k}-t{s}]", cases[k][s],
+                                         run=_run_tune, amend=phase_amend(cases[k][s]), shared=True)
                 tune_keys.setdefault(k, []).append(unit.key)
                 units.append(unit)
         for s in range(S):
@@ -129,27 +129,26 @@ def collect(session, suite, spec, methods, seeds) -> list:
             if method not in table or not preset_applies(name, spec):
                 continue
             try:
-                paper = [make_case(suite, spec, method_cls, base, space, table[method], "eval", s,
+                paper = [make_case(session, suite, spec, method_cls, base, space, table[method], "eval", s,
                                    tuning=f"{PAPER}{name}") for s in range(S)]
-                on_dht = [make_case(suite, spec, method_cls, base, space, table[method], "tune", s, tuning=tuning,
+                on_dht = [make_case(session, suite, spec, method_cls, base, space, table[method], "tune", s, tuning=tuning,
                                     paper=name) for s in range(S)]
             except HParamError as exc:
                 raise SuiteError(f"{suite.path}: scenario {spec.name!r}: --clh-preset gtep:{name}: {exc}") from None
             for s in range(S):   # the paper's H* on D^E (Alg. 3 with the appendix's configuration)
-                units.append(case_unit(suite, f"{spec.name}[{method}-paper-eval-t{s}]", paper[s], method_cls,
-                                       run=_run_expecting_divergence, amend=phase_amend(paper[s])))
+                units.append(session.case_unit(suite, f"{spec.name}[{method}-paper-eval-t{s}]", paper[s],
+                                               run=_run_expecting_divergence, amend=phase_amend(paper[s])))
             # ... and on D^HT, scored on its validation split as the tuning runs are ("Original" of Fig. 4 / 7(a),
             # Tables 7 and 14); shared by the scenarios of one tuning phase, as the tuning runs are
             for s in range(S):
-                units.append(case_unit(suite, f"{spec.name}[{method}-paper-tune-t{s}]", on_dht[s], method_cls,
-                                       run=_run_tune, amend=phase_amend(on_dht[s]), shared=True))
+                units.append(session.case_unit(suite, f"{spec.name}[{method}-paper-tune-t{s}]", on_dht[s],
+                                               run=_run_tune, amend=phase_amend(on_dht[s]), shared=True))
     return units
 
 
 # A preset named for a D^HT and a task count (appendix A's sections) -> (tune_dataset, dataset path, tune_classes)
 def _run_eval(session, unit) -> None:
     """Alg. 3 for one trial: waits for the method's tuning records, selects H*, runs it on D^E."""
-    from ...engine.outcomes import Failed
     d = unit.data
     keys = [key for ks in d["tune_keys"].values() for key in ks]
     records, missing = session.wait_for(keys)
@@ -163,7 +162,7 @@ def _run_eval(session, unit) -> None:
         raise Failed(f"GTEP {d['method']}: every configuration diverged or failed in a tuning trial; no H* "
                      f"(reported as NaN, as the paper reports BEEF)")
     method_cls = session.harness.methods[d["method"]]
-    case = make_case(d["suite"], d["spec"], method_cls, d["suite"].hparams.get(d["method"], {}), d["space"],
+    case = make_case(session, d["suite"], d["spec"], method_cls, d["suite"].hparams.get(d["method"], {}), d["space"],
                      d["configs"][best], "eval", d["trial"], tuning=d["tuning"])
     # A diverged evaluation run is a result the paper reports (NaN: BEEF's "NaN values for certain seeds"
     # in the evaluation phase, sec. 5 and appendix), counted and shown as such, not a session failure.
@@ -184,7 +183,6 @@ def _run_tune(session, unit) -> None:
     order trains it, the others wait for its record (under pytest-xdist too: every worker
     collects the same items in the same order) and report it as shared. A diverged tuning trial is
     counted as NaN in selection (as the paper counts BEEF's), an expected outcome of random search."""
-    from ...engine.outcomes import SHARED_WITH, ExpectedFailure, Failed
     owner = session.owner(unit.key)
     if owner is None or owner is unit:
         session.run_stored(unit, unit.case, unit.amend, divergence_expected=True)

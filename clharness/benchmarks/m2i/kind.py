@@ -54,7 +54,7 @@ import torch
 from ...toolkit import augment
 from ...data import ArrayDataset, DatasetMissing, TensorData, load_split
 from ...method import Setting
-from ...engine.suites import ScenarioSpec
+from ...scenario_spec import ScenarioSpec
 from ...kinds import Scenario, ScenarioError, Task
 from ...data.subsets import normalization
 from .names import CURRICULA, SHARED_SEP

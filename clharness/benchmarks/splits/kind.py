@@ -16,7 +16,7 @@ from ...data import DatasetSource, load_split
 from ...data.subsets import normalization, on_device, per_class_index, relabel
 from ...method import Setting
 from ...kinds import Scenario, ScenarioError, Task
-from ...engine.suites import ScenarioSpec
+from ...scenario_spec import ScenarioSpec
 
 
 def task_sizes(spec: ScenarioSpec, num_classes: int) -> list[int]:

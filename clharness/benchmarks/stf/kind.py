@@ -36,7 +36,7 @@ from . import realtime, streams, trace
 from ...data import DatasetSource, load_split
 from ...method import Batch, Setting
 from ...toolkit.training import listen_to_losses
-from ...engine.suites import ScenarioSpec
+from ...scenario_spec import ScenarioSpec, SuiteError
 from ...kinds import ScenarioError
 from ...data.subsets import normalization, on_device, per_class_index, relabel
 
@@ -64,7 +64,6 @@ PRESETS = {"table1": 20}
 def preset_seeds(presets: list[str], suite) -> int | None:
     """``--clh-preset stf:table1``: 20 seeds for a suite with stf scenarios (the paper's run count;
     the suites keep fewer by default, and their [quick] budgets per run stay as they are)."""
-    from ...engine.suites import SuiteError
     names = [text.partition(":")[2] for text in presets if text.partition(":")[0] == "stf"]
     unknown = [n for n in names if n not in PRESETS]
     if unknown:

@@ -1,5 +1,6 @@
-"""How a unit of work ends when it does not simply pass. The engine raises these; the pytest plugin
-turns them into pytest outcomes (fail, skip, xfail), the Python API into statuses it returns."""
+"""How a unit of work ends when it does not simply pass (part of the contract: a collecting family's
+units raise them too). The engine raises these; the pytest plugin turns them into pytest outcomes
+(fail, skip, xfail), the Python API into statuses it returns."""
 
 
 class Outcome(Exception):
