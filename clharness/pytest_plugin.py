@@ -515,6 +515,6 @@ def _run_unit(request: pytest.FixtureRequest) -> None:
     except outcomes.ExpectedFailure as exc:
         pytest.xfail(exc.message)
     except outcomes.Failed as exc:
-        pytest.fail(exc.message, pytrace=False)
+        raise pytest.fail.Exception(exc.message, pytrace=False) from None   # the message once, not chained
     finally:
         item.user_properties.extend(item.unit.properties)

@@ -256,7 +256,9 @@ def test_only_training_batches_are_augmented_never_test_data():
     assert record.status == "passed", record.message
     scenario = build_scenario(spec, harness.datasets, 0, torch.device("cpu"))
     tests = [t.test.prepare(t.test.images) for t in scenario.tasks]
-    evaluated = torch.cat(Recorder.seen)
+    # the first predict() is the contract check before training, on task 0's first training batch, raw
+    assert torch.equal(Recorder.seen[0], Recorder.raw[0][:len(Recorder.seen[0])])
+    evaluated = torch.cat(Recorder.seen[1:])
     assert torch.equal(evaluated, torch.cat(tests * 2))          # both rows of R: exact, unaugmented test images
     for task, trained, raw in zip(scenario.tasks, Recorder.trained, Recorder.raw):
         assert torch.equal(raw, task.train.prepare(task.train.images)) and not torch.equal(trained, raw)

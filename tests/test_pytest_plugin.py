@@ -96,7 +96,9 @@ def test_failures_name_method_task_and_cause_and_others_still_run(run, tmp_path)
     result.assert_outcomes(passed=2, failed=6)
     out = result.stdout.str()
     assert "method 'raiser' failed at task 2: ValueError: boom in the third task" in out
-    assert "predict() returned (" in out and ", 3) after task 0; expected logits of shape (" in out
+    # a wrong logits shape fails before anything trains (the dry predict on task 0's training inputs)
+    assert "method 'badshape' failed at the check before training" in out and \
+        "returned shape (32, 3), expected (32, 10)" in out
     assert "[diverged]" in out and "non-finite logits" in out
     summary = {row["method"]: row for row in json.loads(card.read_text())["summary"]}
     assert summary["raiser"]["failed"] == 2 and summary["nanlogits"]["diverged"] == 2

@@ -30,6 +30,8 @@ from ..results import RunRecord
 from . import keys, peak_memory
 from .scenario import Scenario, build_scenario
 from .code_identity import code_digest, git_commit
+from .contract_check import dry_predict
+from ..state_guard import never_trains
 from .suites import ScenarioSpec, spec_definition
 
 
@@ -239,6 +241,7 @@ def _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_
     method, record.failed_task = None, -1
     try:
         method = method_cls(context, **case.hparams)
+        dry_predict(method, scenario, device, isolated_rng)   # the contract, before anything trains
         with _live_losses(harness, record):
             protocol(method, scenario, device, record, on_task)
         record.status = "passed"
@@ -247,7 +250,8 @@ def _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_
     except WeightsMissing as exc:   # this machine lacks the suite's weights: a setup error, not the method's
         record.status, record.message = "error", f"{type(exc).__name__}: {exc}"
     except Exception as exc:
-        where = f"task {record.failed_task}" if record.failed_task >= 0 else "construction"
+        where = f"task {record.failed_task}" if record.failed_task >= 0 else \
+            "construction" if method is None else "the check before training"
         record.status = "failed"
         record.message = f"method {case.method!r} failed at {where}: {type(exc).__name__}: {exc}"
         if isinstance(exc, (MemoryError, torch.cuda.OutOfMemoryError)):
@@ -375,6 +379,7 @@ def evaluate(method: Method, scenario: Scenario, device: torch.device, after: in
     return row
 
 
+@never_trains
 @torch.no_grad()
 def evaluate_views(method: Method, scenario: Scenario, device: torch.device, after: int) -> dict:
     """A class-incremental row of R and, from the same logits (``predict`` is called once per batch):
@@ -416,6 +421,7 @@ def _checked_logits(method, x, task_id, num_classes, after, what):
     return logits
 
 
+@never_trains   # evaluation never changes the method (clharness.state_guard)
 @torch.no_grad()
 def accuracy(method: Method, data, classes, num_classes: int, device: torch.device, after,
              task_id: int | None = None, batch_size: int = 512, what: str = "test data") -> float:
