@@ -67,6 +67,10 @@ def _add_report(sub) -> None:
     rep.add_argument("--suite", action="append", default=[], metavar="NAME", help="only this suite (repeatable)")
     rep.add_argument("--scenario", action="append", default=[], metavar="NAME", help="only this scenario (repeatable)")
     rep.add_argument("--method", action="append", default=[], metavar="NAME", help="only this method (repeatable)")
+    rep.add_argument("--all", action="store_true", dest="every",
+                     help="every configuration of a case (quick budget, older code, other hyperparameters), each its "
+                          "own labelled row after the main one; default: per case only the configuration the current "
+                          "code and suite would run (figures and Welch tests use that one either way)")
     rep.add_argument("--html", metavar="PATH", help="also write the HTML report to PATH")
     rep.add_argument("--figures", metavar="DIR",
                      help="also write every figure of the HTML report to DIR: matplotlib figures as PNG, SVG and PDF, "
@@ -353,22 +357,29 @@ def report_results(args: argparse.Namespace) -> int:
         current = current_codes(records)
         columns = columns or default_columns(records)
         check_columns(records, columns)
-        print(render_text(records, columns, args.format, current=current))
+        print(render_text(records, columns, args.format, current=current, every=args.every))
+        if args.format in ("csv", "json"):   # one document on stdout: the note on hidden rows goes to stderr
+            from .reporting.report import shown_rows
+            from .reporting.scorecard import summarize
+            note = shown_rows(summarize(records, columns[:1], current=current), args.every)[1]
+            if note:
+                print(f"clharness report: {note}", file=sys.stderr)
         if args.format not in ("csv", "json"):   # csv/json stay one document
             from .kinds import report_sections
             from .plugins import Harness
             from .reporting.report import FORMATS
-            for title, text in report_sections(records, FORMATS[args.format], Harness):   # GTEP's, ...
+            from .reporting.scorecard import main_records   # a kind's section pools no configurations either
+            for title, text in report_sections(main_records(records, current), FORMATS[args.format], Harness):
                 print(f"\n{title}\n{text}")
         if args.html or args.figures:
             from .plugins import Harness
             source = str(Path(args.results).resolve())
             if args.html:
                 path = write_html(args.html, records, columns, source=source, make_harness=Harness,
-                                  workers=args.jobs, figures=args.figures, current=current)
+                                  workers=args.jobs, figures=args.figures, current=current, every=args.every)
             else:
                 path = write_figures(args.figures, records, columns, source=source, make_harness=Harness,
-                                     workers=args.jobs, current=current)
+                                     workers=args.jobs, current=current, every=args.every)
             print(f"wrote {path}" + (f" and its figures to {args.figures}" if args.figures else ""),
                   file=sys.stderr)   # stderr: stdout stays parseable csv/json
     except (ReportError, StoreError, OSError, RegistryError) as exc:

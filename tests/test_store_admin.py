@@ -169,10 +169,10 @@ def test_every_report_format_shows_each_configuration_apart(tmp_path):
     from clharness.reporting.report import build_html, render_text
     from clharness.reporting.scorecard import write
     records = _three_configurations()
-    md = render_text(records, ["final_acc"], "md", current=CURRENT)
-    latex = render_text(records, ["final_acc"], "latex", current=CURRENT)
-    csv = render_text(records, ["final_acc"], "csv", current=CURRENT)
-    html = build_html(records, ["final_acc"], current=CURRENT)
+    md = render_text(records, ["final_acc"], "md", current=CURRENT, every=True)   # clharness report --all
+    latex = render_text(records, ["final_acc"], "latex", current=CURRENT, every=True)
+    csv = render_text(records, ["final_acc"], "csv", current=CURRENT, every=True)
+    html = build_html(records, ["final_acc"], current=CURRENT, every=True)
     for text, seeds_of in ((md, lambda label: f"| {label}"), (latex, lambda label: f"& {label}")):
         for label, n, acc in (("full", 3, "0.600"), ("quick", 2, "0.300"), ("code old999", 1, "0.900")):
             line = next(line for line in text.splitlines() if seeds_of(label) in line)
@@ -215,7 +215,7 @@ def test_report_cli_leads_with_the_current_code_and_filters_by_method(tmp_path, 
     records[-1].metrics = {"final_acc": 0.1}
     path = tmp_path / "r.sqlite"
     _fill(path, records)
-    assert main(["report", str(path), "--columns", "final_acc", "--method", "er"]) == 0
+    assert main(["report", str(path), "--columns", "final_acc", "--method", "er", "--all"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| quickstart")]
     assert len(rows) == 2 and "| ewc" not in "".join(rows)
     assert "| full " in rows[0] and " 3 " in rows[0] and "0.600" in rows[0]

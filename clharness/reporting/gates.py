@@ -14,13 +14,14 @@ lower is better for forgetting, AFM, seconds and megabytes.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
 from typing import Sequence
 
 from ..metrics import HIGHER_IS_BETTER, METRIC_INFO
-from ..results import RunRecord
+from ..results import CONFIGURATION_FIELDS, RunRecord, configuration_fields, configuration_id
 
 # Record fields a gate may judge besides the metrics, all lower-is-better costs.
 COST_FIELDS = ("train_seconds", "eval_seconds", "memory_mb", "memory_model_mb", "memory_buffer_mb",
@@ -92,8 +93,50 @@ def values(records: Sequence[RunRecord], method: str, scenario: str, metric: str
     return out
 
 
+def configurations(records: Sequence[RunRecord], method: str, scenario: str) -> list[tuple[str, list[RunRecord]]]:
+    """The method's records in the scenario, one group per configuration (``results.configuration_id``:
+    the key less the seed), each labelled by what tells it from the others ("quick", "lr=0.1", "code
+    1a2b3c"; "" when it is the only one). A gate never pools configurations: a session that runs
+    ``--clh-hparam er.lr=0.01,0.1`` is judged per value, a store's quick and full runs apart."""
+    groups: dict[str, list[RunRecord]] = {}
+    for r in records:
+        if r.method == method and r.scenario == scenario:
+            groups.setdefault(configuration_id(r), []).append(r)
+    fields = {cid: configuration_fields(rs[0]) for cid, rs in groups.items()}
+    out = []
+    for cid, group in groups.items():
+        mine, parts = fields[cid], []
+        for name in CONFIGURATION_FIELDS:
+            if len({json.dumps(f[name], sort_keys=True, default=str) for f in fields.values()}) < 2:
+                continue
+            if name == "hparams":
+                keys = sorted({k for f in fields.values() for k in f[name]})
+                parts += [f"{k}={mine[name].get(k)}" for k in keys
+                          if len({json.dumps(f[name].get(k), default=str) for f in fields.values()}) > 1]
+            elif name == "budget":
+                parts.append(mine[name])
+            elif name == "code_digest":
+                parts.append(f"code {(mine[name] or '?')[:6]}")
+            else:
+                parts.append(f"{name.replace('_', ' ')} {mine[name]}")
+        out.append((", ".join(parts), group))
+    return out
+
+
+# What two methods' configurations must share to be compared (their code and hyperparameters are
+# their own): the same budget, data and hardware.
+_SETTING = ("budget", "dataset", "device_type", "cpu_threads", "versions")
+
+
+def _setting(records: Sequence[RunRecord]) -> str:
+    fields = configuration_fields(records[0])
+    return json.dumps({k: fields[k] for k in _SETTING}, sort_keys=True, default=str)
+
+
 def judge(gate: Gate, records: Sequence[RunRecord]) -> tuple[bool, list[str]]:
-    """Verdict and one line per (scenario, method) judged, naming method, metric, value, threshold."""
+    """Verdict and one line per (scenario, method, configuration) judged, naming method, metric,
+    value, threshold; a relative gate pairs each configuration with the other method's of the same
+    budget, data and hardware (``_SETTING``)."""
     scenarios = [gate.scenario] if gate.scenario else sorted({r.scenario for r in records})
     methods = sorted({r.method for r in records}) if gate.method == "*" else [gate.method]
     ok, lines = True, []
@@ -101,16 +144,27 @@ def judge(gate: Gate, records: Sequence[RunRecord]) -> tuple[bool, list[str]]:
         for method in methods:
             if method == gate.other:
                 continue
-            good, line = _judge_one(gate, records, scenario, method)
-            ok &= good
-            lines.append(("PASS " if good else "FAIL ") + line)
+            for label, group in configurations(records, method, scenario) or [("", [])]:
+                if gate.other is None:
+                    judged = [_judge_one(gate, group, scenario, method, label)]
+                else:
+                    candidates = configurations(records, gate.other, scenario)
+                    others = [(o_label, o) for o_label, o in candidates if not group or _setting(o) == _setting(group)]
+                    judged = [_judge_one(gate, group + o, scenario, method, label, o_label)
+                              for o_label, o in others or [("", [])]]
+                    if candidates and not others:
+                        judged = [(False, f"{method}{f' [{label}]' if label else ''} on {scenario}: {gate.other} "
+                                          "has no run of the same budget, data and hardware to compare with")]
+                for good, line in judged:
+                    ok &= good
+                    lines.append(("PASS " if good else "FAIL ") + line)
     if not lines:
         return False, [f"FAIL {gate.text}: no records to judge"]
     return ok, lines
 
 
-def _judge_one(gate, records, scenario, method) -> tuple[bool, str]:
-    where = f"{method} on {scenario}"
+def _judge_one(gate, records, scenario, method, label="", other_label="") -> tuple[bool, str]:
+    where = f"{method}{f' [{label}]' if label else ''} on {scenario}"
     a = values(records, method, scenario, gate.metric)
     if not a:
         return False, f"{where}: no passed run has {gate.metric} (failed, diverged or not run)"
@@ -126,17 +180,18 @@ def _judge_one(gate, records, scenario, method) -> tuple[bool, str]:
         return good, (f"{where}: {gate.metric} = {mean:.4f} ({seeds}) vs baseline {gate.baseline:.4f}: "
                       f"{'worse' if drop > 0 else 'better'} by {abs(drop):.4f}, allowed drop {gate.value}")
     b = values(records, gate.other, scenario, gate.metric)
+    them = f"{gate.other}{f' [{other_label}]' if other_label else ''}"
     if not b:
         return False, f"{where}: {gate.other} has no passed run with {gate.metric} to compare with"
     other = sum(b) / len(b)
     if gate.kind == "within":
         gap = abs(mean - other)
         good = gap <= gate.value + 1e-12
-        return good, (f"{where}: {gate.metric} = {mean:.4f} vs {gate.other} {other:.4f}: apart by {gap:.4f}, "
+        return good, (f"{where}: {gate.metric} = {mean:.4f} vs {them} {other:.4f}: apart by {gap:.4f}, "
                       f"{'within' if good else 'beyond'} {gate.value}")
     lead = sign * (mean - other)
     good = lead >= gate.value - 1e-12
-    line = (f"{where}: {gate.metric} = {mean:.4f} vs {gate.other} {other:.4f}: "
+    line = (f"{where}: {gate.metric} = {mean:.4f} vs {them} {other:.4f}: "
             f"{'better' if lead >= 0 else 'worse'} by {abs(lead):.4f}, margin {gate.value}")
     if gate.alpha is not None:
         p = welch_p(a, b, gate.value, sign)

@@ -14,8 +14,8 @@ from typing import Iterable, Sequence
 
 from ..metrics import METRIC_INFO
 from ..results import _SQLITE_MAGIC, ResultsStore, RunRecord
-from .scorecard import (_FIELDS, COLUMNS, INTERVAL_NOTE, WELCH_NOTE, pairwise_welch, rank_agreement, render,
-                        render_agreement, render_pairwise, summarize)
+from .scorecard import (_FIELDS, COLUMNS, INTERVAL_NOTE, WELCH_NOTE, main_records, pairwise_welch, rank_agreement,
+                        render, render_agreement, render_pairwise, summarize)
 
 # --format -> tabulate format (md: a plain Markdown pipe table with alignment colons; github: GitHub's
 # flavour, no colons); csv and json come from the pandas summary instead.
@@ -66,11 +66,29 @@ def check_columns(records: Iterable[RunRecord], columns: Sequence[str]) -> None:
         raise ReportError(f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}")
 
 
+def shown_rows(summary, every: bool = False):
+    """(the rows a report shows, a note on the rows it leaves out or ""). By default each case's main
+    configuration (the one the current code and suite would run): a paper's table has one row per
+    method. ``every`` (``clharness report --all``): every configuration, the main row first and the
+    others labelled by how they differ from it."""
+    if every or summary.empty or "main" not in summary:
+        return summary, ""
+    main = summary.main.astype(bool)
+    hidden = summary[~main]
+    if hidden.empty:
+        return summary, ""
+    kinds = ", ".join(dict.fromkeys(hidden.configuration))
+    return summary[main], (f"{len(hidden)} row(s) of other configurations of the same cases ({kinds}) are not shown: "
+                           "each case shows the configuration the current code would run; --all shows every "
+                           "configuration, labelled")
+
+
 def render_text(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, fmt: str = "md",
-                current: dict | None = None) -> str:
-    """The scorecard of every (suite, scenario, method) and configuration in ``fmt`` (a key of FORMATS);
-    ``current``: case -> the current code digest, whose configuration is the case's main row."""
-    summary = summarize(records, columns, current=current)
+                current: dict | None = None, every: bool = False) -> str:
+    """The scorecard in ``fmt`` (a key of FORMATS): per (suite, scenario, method) its main configuration,
+    or with ``every`` each configuration (:func:`shown_rows`); ``current``: case -> the current code
+    digest, whose configuration is the case's main row."""
+    summary, hidden_note = shown_rows(summarize(records, columns, current=current), every)
     if fmt == "csv":   # the data formats keep every row, tuning configurations included
         return summary.to_csv(index=False)
     if fmt == "json":   # to_json turns NaN into null, which json.loads reads back
@@ -91,6 +109,8 @@ def render_text(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, 
     if not agreement.empty:
         text += "\n\nRanking agreement between scenarios:\n" + render_agreement(agreement, FORMATS[fmt])
     text += f"\n\n({INTERVAL_NOTE})"
+    if hidden_note:
+        text += f"\n\n({hidden_note}.)"
     if tuning.any():
         text += (f"\n\n({int(tuning.sum())} tuning-configuration rows (method x configuration) are summarised "
                  "in the protocol's own section below; --format csv or json lists them all.)")
@@ -148,7 +168,7 @@ _NOTES = {
 
 def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, source: str = "",
                make_harness=None, workers: int | None = 1, figures: str | Path | None = None,
-               current: dict | None = None) -> str:
+               current: dict | None = None, every: bool = False) -> str:
     """The whole report as one HTML page: CSS inline, figures as base64 PNG or inline SVG, no
     external reference. Each suite: its table (the runs of a kind's phases, GTEP's tuning
     configurations, left to the kind's own section), the kinds' sections (``make_harness()``
@@ -158,17 +178,20 @@ def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, s
     the caller's main module: call it from a guarded ``if __name__ == "__main__":`` (the CLI does).
     Every figure colours a method alike (plots.page_palette over the page's methods, the families'
     sections included); ``figures``: also write each figure there as PNG, SVG and PDF (the hand-drawn
-    SVG charts as SVG only)."""
+    SVG charts as SVG only). The tables show each case's main configuration (``every``: each
+    configuration, labelled; :func:`shown_rows`); the figures, Welch tests and the kinds' sections use
+    the main configuration's records only, never a pool of configurations."""
     from . import plots   # matplotlib loads only for the page, not for the text formats
     methods = {r.method for r in records if not pseudo_method(r)}
     with plots.page_palette(methods) as colors, plots.export_figures(figures):
-        return _build_html(records, columns, source, make_harness, workers, colors, figures, current)
+        return _build_html(records, columns, source, make_harness, workers, colors, figures, current, every)
 
 
-def _build_html(records, columns, source, make_harness, workers, colors, figures, current=None) -> str:
+def _build_html(records, columns, source, make_harness, workers, colors, figures, current=None, every=False) -> str:
     from ..kinds import report_sections, split_scenario
+    summary, hidden_note = shown_rows(summarize(records, columns, current=current), every)
+    records = main_records(records, current)   # one configuration per case from here on
     passed = [r for r in records if r.status == "passed"]
-    summary = summarize(records, columns, current=current)
     by_case: dict[tuple[str, str], dict[str, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
     for r in passed:
         by_case[(r.suite, r.scenario)][r.method].append(r)
@@ -180,6 +203,9 @@ def _build_html(records, columns, source, make_harness, workers, colors, figures
                "<h1>clharness report</h1>",
                f"<p class='meta'>{esc(source)} · {len(records)} runs, {len(passed)} passed, "
                f"{len(records) - len(passed)} not plotted · generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>",
+               *([f"<p class='note'>{esc(hidden_note)}.</p>"] if hidden_note else []),
+               *(["<p class='note'>Every configuration of a case is a row of its table, the main one first; "
+                  "the figures and tests use each case's main configuration.</p>"] if every else []),
                "<nav>" + "".join(f"<a href='#suite-{esc(s)}'>{esc(s)}</a>" for s in suites)
                + "<a href='#not-plotted'>runs not plotted</a></nav>"]
         for suite in suites:
@@ -188,7 +214,7 @@ def _build_html(records, columns, source, make_harness, workers, colors, figures
             shown = summary[(summary.suite == suite) & ~_tuning_rows(summary)]
             out.append(render(shown, columns, "html"))
             out.append(f"<p class='note'>{esc(INTERVAL_NOTE)}</p>")
-            pairs = pairwise_welch([r for r in records if r.suite == suite], skip=pseudo_method)
+            pairs = pairwise_welch([r for r in records if r.suite == suite], skip=pseudo_method, current=current)
             if not pairs.empty:
                 out.append(f"<p class='note'>{esc(WELCH_NOTE)}</p>" + render_pairwise(pairs, "html"))
             agreement = rank_agreement(shown)
@@ -324,18 +350,19 @@ def _not_plotted(records: Sequence[RunRecord]) -> str:
 
 def write_html(path: str | Path, records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS,
                source: str = "", make_harness=None, workers: int | None = 1,
-               figures: str | Path | None = None, current: dict | None = None) -> Path:
+               figures: str | Path | None = None, current: dict | None = None, every: bool = False) -> Path:
     path = Path(path)
-    text = build_html(records, columns, source, make_harness, workers, figures, current)
+    text = build_html(records, columns, source, make_harness, workers, figures, current, every)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
 
 
 def write_figures(directory: str | Path, records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS,
-                  source: str = "", make_harness=None, workers: int | None = 1, current: dict | None = None) -> Path:
+                  source: str = "", make_harness=None, workers: int | None = 1, current: dict | None = None,
+                  every: bool = False) -> Path:
     """Every figure of the report in ``directory`` (``--clh-figures``, ``clharness report --figures``):
     matplotlib's as PNG, SVG and PDF, the hand-drawn SVG charts (GTEP slope, M2I and CLDyB bars) as SVG
     only; with the page that shows them all as ``directory/report.html``."""
     return write_html(Path(directory) / "report.html", records, columns, source, make_harness, workers, directory,
-                      current)
+                      current, every)

@@ -90,6 +90,14 @@ def main_configurations(records: Iterable[RunRecord], current: dict | None = Non
     return {case: cid for case, (_, cid) in best.items()}
 
 
+def main_records(records: Iterable[RunRecord], current: dict | None = None) -> list[RunRecord]:
+    """The records of each case's main configuration (:func:`main_configurations`): what a figure or a
+    test between methods uses, so that no quick, stale or other-hyperparameter seed joins its samples."""
+    records = list(records)
+    main = main_configurations(records, current)
+    return [r for r in records if configuration_id(r) == main[(r.suite, r.scenario, r.method)]]
+
+
 def summarize(records: Iterable[RunRecord], columns: Sequence[str] = COLUMNS,
               confidence: float = 0.95, current: dict | None = None) -> pd.DataFrame:
     """Per (suite, scenario, method) and configuration (``results.configuration_id``: the record's key
@@ -167,13 +175,15 @@ def render_agreement(agreement: pd.DataFrame, fmt: str = "github") -> str:
 
 
 def pairwise_welch(records: Iterable[RunRecord], metric: str = "final_acc",
-                   skip=lambda record: False) -> pd.DataFrame:
+                   skip=lambda record: False, current: dict | None = None) -> pd.DataFrame:
     """Per (suite, scenario): the best method by seed mean of ``metric`` against every other, Welch's
     t-test on the passed seeds' values (scipy's ttest_ind, equal_var=False: the seeds of two methods
-    need not share a variance). Rows with n < 2 on a side carry NaN t and p (no test)."""
+    need not share a variance). Rows with n < 2 on a side carry NaN t and p (no test). Each method's
+    samples are the seeds of its main configuration only (:func:`main_records`; ``current`` as in
+    :func:`summarize`): other configurations are other populations."""
     from scipy import stats
     values: dict = {}
-    for r in records:
+    for r in main_records(records, current):
         v = r.metrics.get(metric)
         if r.status == "passed" and v is not None and not math.isnan(v) and not skip(r):
             values.setdefault((r.suite, r.scenario), {}).setdefault(r.method, []).append(float(v))
