@@ -179,6 +179,8 @@ def load_case(suite: str | Path, scenario: str, method: str, seed: int = 0, quic
     harness = session.harness
     install(harness.kinds)
     loaded = load_suite(resolve_suite(session, suite), quick=quick)
+    from .validate import check
+    check(session, loaded)   # names, backbone options and hyperparameter ranges, as a run checks them
     specs = {s.name: s for s in loaded.scenarios}
     if scenario not in specs:
         raise SuiteError(f"suite {loaded.name!r} has no scenario {scenario!r}{did_you_mean(scenario, specs)}; "

@@ -2,19 +2,25 @@
 
 A typo (``backbone = "mpl"``, a misspelled dataset, method, augmentation recipe or hyperparameter) is
 one error line naming the suite file and line, the registered choices and the closest one, all at
-once, at collection: the session stops in seconds instead of failing every case an hour later.
+once, at collection: the session stops in seconds instead of failing every case an hour later. Values
+are checked there too: backbone options against the backbone factory's signature, hyperparameters of
+``[hparams.<method>]`` (and a scenario's ``hparams``) against their declared ranges, each with its line.
 """
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
+from ..hparams import HParamError
 from .suites import Suite, SuiteError, did_you_mean
 
 
-def _line(text: list[str], key: str, value) -> int | None:
-    """The first line setting ``key`` to ``value`` (``key = "value"``, or inside an inline table)."""
-    pattern = re.compile(rf"""(^|[\s{{,]){re.escape(key)}\s*=\s*["']?{re.escape(str(value))}\b""")
+def _line(text: list[str], key: str, value=None) -> int | None:
+    """The first line setting ``key`` to ``value`` (``key = "value"``, or inside an inline table); with no
+    value, the first line setting ``key``."""
+    written = "" if value is None else rf"""\s*["']?{re.escape(str(value))}\b"""
+    pattern = re.compile(rf"""(^|[\s{{,]){re.escape(key)}\s*={written}""")
     for i, line in enumerate(text, 1):
         if pattern.search(line.split("#", 1)[0]):
             return i
@@ -22,7 +28,7 @@ def _line(text: list[str], key: str, value) -> int | None:
 
 
 def _where(path: Path, text: list[str], key: str, value) -> str:
-    line = _line(text, key, value)
+    line = _line(text, key, value) or _line(text, key)   # the value as written (1e9 is 1000000000.0): the key's line
     return f"{path}:{line}" if line else str(path)
 
 
@@ -47,6 +53,33 @@ def _datasets_in(value) -> list[str]:
     return out
 
 
+def backbone_options(backbone: str, factory, options: dict) -> tuple[list[str], list[str]]:
+    """(options ``factory`` does not accept, the options it accepts) from its signature: every parameter
+    after the input shape; a factory taking ``**options`` (timm's, which passes them to timm's model)
+    accepts any name."""
+    params = list(inspect.signature(factory).parameters.values())[1:]   # the first is the input shape
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return [], []
+    accepted = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return [k for k in options if k not in accepted], accepted
+
+
+def _hparam_errors(path: Path, text: list[str], table_name: str, method: str, table: dict, declared) -> list[str]:
+    """Unknown names (did-you-mean) and out-of-range values of one method's hyperparameter table."""
+    out = []
+    for key, value in table.items():
+        where = _where(path, text, key, value)
+        if key not in declared:
+            out.append(f"{where}: {table_name} {key!r}: {method!r} has no hyperparameter {key!r}"
+                       f"{did_you_mean(key, declared)}; declared: {', '.join(declared)}")
+            continue
+        try:
+            declared[key].check(key, value)
+        except HParamError as exc:
+            out.append(f"{where}: {table_name}: {exc}")
+    return out
+
+
 def errors(session, suite: Suite) -> list[str]:
     """One line per bad name in ``suite`` (empty: every name is registered)."""
     harness = session.harness
@@ -59,6 +92,16 @@ def errors(session, suite: Suite) -> list[str]:
     for spec in suite.scenarios:
         if spec.backbone and spec.backbone not in harness.backbones:
             out.append(unknown(path, text, "backbone", "backbone", spec.backbone, harness.backbones))
+        elif spec.backbone:
+            bad, accepted = backbone_options(spec.backbone, harness.backbones[spec.backbone], spec.backbone_options)
+            for key in bad:
+                out.append(f"{_where(path, text, key, spec.backbone_options[key])}: backbone_options: backbone "
+                           f"{spec.backbone!r} has no option {key!r}{did_you_mean(key, accepted)}; it accepts: "
+                           f"{', '.join(accepted) or 'none'}")
+        for method, table in (getattr(spec, "hparams", None) or {}).items():
+            if method in harness.methods:
+                out += _hparam_errors(path, text, f"scenario {spec.name!r} hparams.{method}", method, table,
+                                      harness.methods[method].hparams)
         for name in ([spec.dataset] if spec.dataset else []) + _datasets_in(spec.options):
             if name not in harness.datasets:
                 out.append(unknown(path, text, "dataset", "dataset", name, harness.datasets))
@@ -80,11 +123,7 @@ def errors(session, suite: Suite) -> list[str]:
                 out.append(f"{path}:{line or '?'}: [hparams.{method}]: method {method!r} is not registered"
                            f"{did_you_mean(method, list(harness.methods))}")
             continue
-        declared = harness.methods[method].hparams
-        for key in table:
-            if key not in declared:
-                out.append(f"{_where(path, text, key, table[key])}: [hparams.{method}] {key!r}: {method!r} has no "
-                           f"hyperparameter {key!r}{did_you_mean(key, declared)}; declared: {', '.join(declared)}")
+        out += _hparam_errors(path, text, f"[hparams.{method}]", method, table, harness.methods[method].hparams)
     return out
 
 
@@ -92,4 +131,4 @@ def check(session, suite: Suite) -> None:
     """Raise SuiteError listing every bad name of ``suite``."""
     found = errors(session, suite)
     if found:
-        raise SuiteError(f"{len(found)} unknown name(s) in suite {suite.name!r}; nothing was run:\n" + "\n".join(found))
+        raise SuiteError(f"{len(found)} problem(s) in suite {suite.name!r}; nothing was run:\n" + "\n".join(found))
