@@ -40,6 +40,11 @@ class RunRecord:
     metrics: dict[str, float] = field(default_factory=dict)
     train_seconds: float = 0.0
     eval_seconds: float = 0.0
+    # compute the run took, machine-independent (engine/flops.py): FLOPs of matmul/conv ops, forward and
+    # backward, of everything the method computed (training) and of the predictions scored (evaluation);
+    # None: not counted (a record made before they were, or an ensemble member's training, extra["flops"])
+    train_gflops: float | None = None
+    eval_gflops: float | None = None
     memory_mb: float = 0.0                  # CLDyB B.4 footprint (see MemoryReport)
     memory: dict[str, int] = field(default_factory=dict)           # its breakdown
     # memory_mb in three parts (MemoryReport.model_mb/buffer_mb/other_mb): parameters, the replay

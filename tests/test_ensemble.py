@@ -19,6 +19,7 @@ import sklearn.datasets  # noqa: F401
 import sklearn.model_selection  # noqa: F401
 from clharness.engine.ensemble import _Member, _train_task
 from clharness.engine.ensemble_policy import why_solo
+from clharness.engine.flops import NOT_COUNTED
 from clharness.method import Context, Setting
 from clharness.toolkit.backbones import MLP
 from mini_suite import mini_suite, paused_members
@@ -47,6 +48,9 @@ def test_members_equal_their_solo_runs(tmp_path, method):
         assert np.allclose(a.acc_matrix, b.acc_matrix, atol=1e-4, rtol=0)
         assert a.task_sizes == b.task_sizes and a.class_order == b.class_order
         assert "executor" not in a.extra and b.extra["executor"] == "ensemble:3"
+        # FLOPs: a member's training ran outside its meter, so it says it is not counted; evaluation is its own
+        assert a.train_gflops > 0 and b.train_gflops is None and b.extra["flops"] == NOT_COUNTED
+        assert b.eval_gflops == a.eval_gflops > 0
     assert len({tuple(np.ravel(r.acc_matrix)) for r in ens}) == 3   # three different members, not one copied
 
 

@@ -56,6 +56,9 @@ def test_serial_xdist_and_ray_give_bit_identical_matrices_at_the_default_threads
     for key in runs[0]:   # bit-identical: exact floats
         assert runs[0][key].acc_matrix == runs[1][key].acc_matrix == runs[2][key].acc_matrix, runs[0][key].case_id
         assert {r[key].cpu_threads for r in runs} == {1}
+        # FLOPs (issue 41): the same counts whatever the scheduler, and counted
+        assert len({(r[key].train_gflops, r[key].eval_gflops) for r in runs}) == 1
+        assert runs[0][key].train_gflops > 0 and runs[0][key].eval_gflops > 0
 
 
 def test_a_thread_count_other_than_one_is_part_of_the_key(pytester):

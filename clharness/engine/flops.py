@@ -1,28 +1,39 @@
-"""Machine-independent compute cost of a run (issue 41 item 1, first part).
+"""Machine-independent compute cost of a run (issue 41 item 1): ``RunMeter`` counts what a run computes.
 
-FLOPs are counted with ``torch.utils.flop_counter.FlopCounterMode``, which sees aten ops with a
-registered formula only (mm/addmm/bmm/convolution and their backward): elementwise ops, optimizer
+FLOPs are counted with the formulas of ``torch.utils.flop_counter`` (``FORMULAS``), which cover aten ops
+with a registered formula only (mm/addmm/bmm/convolution and their backward): elementwise ops, optimizer
 updates, a QP (GEM), herding or an EMA update are NOT counted. The count is a count of ops on
 shapes, so it is the same under any thread count, executor or device.
 
-Counting every step under the mode is slow, so a run counts each distinct step *shape* once and
-multiplies by how often that shape occurred (``StepLedger``); this is exact because the formula
-depends on shapes only.
+A run is counted whole (``RunMeter``, entered by the runner around the method's construction and the
+scenario's protocol): everything the method computes -- its own loops in ``learn``/``observe``, replay
+batches, a teacher's or an old model's forward, ``consolidate`` -- is training, except what runs inside
+``evaluating()`` (the runner's accuracy code: predictions on test data, continual-evaluation points,
+STF's retention), which is evaluation. Counting every op is exact whatever a method's loop does; its
+cost on the quickstart is measured by ``bench/flops_overhead.py``. ``StepLedger`` (each distinct step
+shape counted once, then multiplied) serves callers that know their steps' shapes.
+
+The mode is thread-local: work another thread does is not seen (seed ensembles train their members
+in the coordinator's thread, so their records say training FLOPs were not counted: ``NOT_COUNTED``).
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections import Counter
-from typing import Callable, Hashable
+from typing import Callable, Hashable, Iterator
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 
 def count_flops(fn: Callable[[], object]) -> int:
-    """FLOPs of the aten ops that ``fn()`` runs, forward and (if it calls backward) backward."""
-    with FlopCounterMode(display=False) as mode:
+    """FLOPs of the aten ops that ``fn()`` runs, forward and (if it calls backward) backward. Inside a
+    run's meter the work is counted there too: measuring is computing."""
+    with RunMeter() as meter:
         fn()
-    return int(mode.get_total_flops())
+    return meter.total_flops
 
 
 def train_step_flops(model: torch.nn.Module, loss_fn: Callable, x: torch.Tensor,
@@ -67,3 +78,120 @@ class StepLedger:
     @property
     def gflops(self) -> float:
         return self.total_flops / 1e9
+
+
+# why a record's training FLOPs are None (record.extra["flops"]); eval FLOPs stay counted
+NOT_COUNTED = "training FLOPs not counted: trained as a member of a batched seed ensemble (--clh-ensemble)"
+
+_local = threading.local()   # the meters of this thread, innermost last
+_aten = torch.ops.aten
+
+
+def _cpu_attention(query, key, value, *args, out_val=None, **kwargs) -> int:
+    return sdpa_flop_count(query.shape, key.shape, value.shape)
+
+
+def _cpu_attention_backward(grad_out, query, key, value, *args, out_val=None, **kwargs) -> int:
+    return sdpa_backward_flop_count(grad_out.shape, query.shape, key.shape, value.shape)
+
+
+# torch's formulas, plus the CPU kernel of fused attention, which torch's table leaves out (so a ViT
+# would count its attention on CUDA and not on CPU): the same formula as the CUDA kernels'
+FORMULAS = {**flop_registry,
+            _aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention,
+            _aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_attention_backward}
+_DECOMPOSES: dict = {}       # OpOverload -> whether it has a CompositeImplicitAutograd decomposition
+
+
+class _CountingMode(TorchDispatchMode):
+    """The counting of torch's ``FlopCounterMode`` without its per-module bookkeeping: the same formulas
+    (``FORMULAS``) on the same ops (an op without a formula that decomposes is counted through its
+    decomposition, as there), so the totals are equal (tests/test_flops.py), at a fraction of the cost
+    per op. Only the total is kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        formula = FORMULAS.get(func._overloadpacket)
+        if formula is None and _decomposes(func):
+            with self:
+                out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        out = func(*args, **kwargs)
+        if formula is not None:
+            self.total += int(formula(*args, **kwargs, out_val=out))
+        return out
+
+
+def _decomposes(func) -> bool:
+    known = _DECOMPOSES.get(func)
+    if known is None:
+        key = torch._C.DispatchKey.CompositeImplicitAutograd
+        known = _DECOMPOSES[func] = (key in getattr(func, "py_kernels", {})
+                                     or torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key))
+    return known
+
+
+class RunMeter:
+    """FLOPs of one run: all that runs in this thread while the meter is entered counts as training,
+    except what runs inside ``evaluating()``, which counts as evaluation."""
+
+    def __init__(self) -> None:
+        self._mode = _CountingMode()
+        self._eval = 0
+        self._depth = 0           # nesting of evaluating() (an accuracy inside an evaluation)
+        self._mark = 0
+
+    def __enter__(self) -> "RunMeter":
+        self._mode.__enter__()
+        _stack().append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _stack().remove(self)
+        self._mode.__exit__(*exc)
+
+    @property
+    def total_flops(self) -> int:
+        return self._mode.total
+
+    @property
+    def eval_flops(self) -> int:
+        return self._eval + (self.total_flops - self._mark if self._depth else 0)
+
+    @property
+    def train_flops(self) -> int:
+        return self.total_flops - self.eval_flops
+
+    @contextlib.contextmanager
+    def evaluating(self) -> Iterator[None]:
+        if self._depth == 0:
+            self._mark = self.total_flops
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._eval += self.total_flops - self._mark
+
+
+def _stack() -> list[RunMeter]:
+    if not hasattr(_local, "meters"):
+        _local.meters = []
+    return _local.meters
+
+
+@contextlib.contextmanager
+def evaluating() -> Iterator[None]:
+    """Marks evaluation work for the run meter of this thread (none entered: nothing to do)."""
+    meters = _stack()
+    if not meters:
+        yield
+        return
+    with meters[-1].evaluating():
+        yield

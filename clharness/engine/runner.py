@@ -27,7 +27,7 @@ from ..toolkit.backbones import WeightsMissing, pretrained_weights, weights_iden
 from ..hparams import resolve
 from ..method import Context, Diverged, Method, MethodError, Setting
 from ..results import RunRecord
-from . import keys, peak_memory
+from . import flops, keys, peak_memory
 from .scenario import Scenario, build_scenario
 from .code_identity import code_digest, git_commit
 from .contract_check import dry_predict
@@ -239,11 +239,14 @@ def _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_
     protocol = getattr(scenario, "protocol", None) or task_protocol
     peak_memory.reset(device)   # process-wide peaks: this run's own from here (engine/peak_memory.py)
     method, record.failed_task = None, -1
+    meter = flops.RunMeter()   # what the method computes, construction included (engine.flops)
     try:
-        method = method_cls(context, **case.hparams)
-        dry_predict(method, scenario, device, isolated_rng)   # the contract, before anything trains
-        with _live_losses(harness, record):
-            protocol(method, scenario, device, record, on_task)
+        with meter:
+            method = method_cls(context, **case.hparams)
+            with flops.evaluating():   # one prediction: evaluation work, not training
+                dry_predict(method, scenario, device, isolated_rng)   # the contract, before anything trains
+            with _live_losses(harness, record):
+                protocol(method, scenario, device, record, on_task)
         record.status = "passed"
     except Diverged as exc:
         record.status, record.message = "diverged", f"{case.method} diverged at task {record.failed_task}: {exc}"
@@ -259,6 +262,7 @@ def _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_
         if not isinstance(exc, MethodError):
             record.message += "\n" + "".join(traceback.format_exception(exc)[-6:])
     record.failed_task = None if record.status == "passed" else max(record.failed_task, 0)
+    record.train_gflops, record.eval_gflops = meter.train_flops / 1e9, meter.eval_flops / 1e9
     if keep is not None and record.status == "passed":
         keep(method, context)
     if method is not None:
@@ -411,7 +415,8 @@ def evaluate_views(method: Method, scenario: Scenario, device: torch.device, aft
 
 
 def _checked_logits(method, x, task_id, num_classes, after, what):
-    logits = method.predict(x, task_id=task_id)
+    with flops.evaluating():   # every prediction the protocols score goes through here
+        logits = method.predict(x, task_id=task_id)
     if not isinstance(logits, torch.Tensor) or logits.shape != (len(x), num_classes):
         shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise MethodError(f"predict() returned {shape} after {after}; expected logits of shape "
