@@ -113,6 +113,7 @@ import numpy as np
 import torch
 
 from ..method import Diverged, MethodError
+from .flops import NOT_COUNTED
 from .ensemble_policy import _state_names, _steps, why_solo   # the opt-in policy (why_solo: its public entry)
 
 
@@ -407,6 +408,8 @@ def run_ensemble(cases: list, harness, device: torch.device, data_root=None, dow
         m.record.extra["executor"] = f"ensemble:{E}"
         m.record.extra["ensemble_train_seconds"] = m.ensemble_seconds
         m.record.train_seconds = m.train_seconds
+        # its fit ran in this thread, outside its own FLOP meter (engine.flops): no training count, never a wrong one
+        m.record.train_gflops, m.record.extra["flops"] = None, NOT_COUNTED
     return [m.record for m in members]
 
 
