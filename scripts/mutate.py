@@ -919,6 +919,21 @@ MUTATIONS: tuple[Mutation, ...] = (
              "    if checkout is not None:\n        pip = next(", "    if False:\n        pip = next(",
              ("tests/test_scaffold_source.py::test_the_checkout_it_runs_from_is_the_source_kept_editable",
               "tests/test_scaffold_source.py::test_this_copy_runs_from_this_checkout")),
+    # issue 41 items 2 and 4: the memory split, per-run peaks, the real-time stream's schedule
+    Mutation("buffer-bytes-counted-into-model", "clharness/method.py",
+             "return 4 * self.parameters / 2**20", "return (4 * self.parameters + self.exemplar_bytes) / 2**20",
+             ("tests/test_memory_split.py::test_er_memory_splits_into_model_buffer_and_other",)),
+    Mutation("peak-cuda-not-reset-per-run", "clharness/engine/peak_memory.py",
+             "        torch.cuda.reset_peak_memory_stats(device)\n", "        pass\n",
+             ("tests/test_memory_split.py::test_peak_gpu_memory_is_reset_for_every_run",)),
+    Mutation("realtime-k-ceil", "clharness/benchmarks/stf/realtime.py",
+             "return math.floor(self.free_at) <= i", "return math.ceil(self.free_at) <= i",
+             ("tests/test_stf_realtime.py::test_a_fractional_cost_trains_on_a_fraction_one_over_c_floor_of_j_times_c",
+              "tests/test_stf_realtime.py::test_the_clock_is_exact_and_never_runs_ahead_of_the_stream")),
+    Mutation("realtime-k-rounded", "clharness/benchmarks/stf/realtime.py",
+             "return math.floor(self.free_at) <= i", "return round(self.free_at) <= i",
+             ("tests/test_stf_realtime.py::test_a_fractional_cost_trains_on_a_fraction_one_over_c_floor_of_j_times_c",
+              "tests/test_stf_realtime.py::test_the_clock_is_exact_and_never_runs_ahead_of_the_stream")),
 )
 
 
