@@ -243,11 +243,18 @@ class Method:
         closed-form solve) belongs here: it is timed as training, not evaluation. Default: none."""
 
     def predict(self, x: torch.Tensor, task_id: int | None = None) -> torch.Tensor:
-        """Logits of shape (N, context.num_classes) over global class ids."""
+        """Logits of shape (N, context.num_classes) over global class ids. Default: ``self.model`` in eval
+        mode (BatchNorm's running statistics are not moved by test data), put back in its mode after."""
         model = getattr(self, "model", None)
         if model is None:
             raise MethodError(f"method {self.name!r} has no self.model; override predict()")
-        return model(x)
+        modes = [(m, m.training) for m in model.modules()]
+        model.eval()
+        try:
+            return model(x)
+        finally:
+            for module, training in modes:
+                module.training = training
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Penultimate-layer features (CLDyB prototypes and k-NN)."""

@@ -27,7 +27,8 @@ FIELDS = {
     "versions": "clharness, torch, torchvision, numpy and python versions (engine.runner.versions)",
     "code": "the digest of the code that runs it (engine.code_identity): not in the base key",
     "cpu_threads": "torch's CPU threads per run, when not 1 (a CPU float sum is split by thread)",
-    "weights": "the content hash of the weights file the backbone loads (a checkpoint), when one is named",
+    "weights": "the content hash of the weights file the backbone loads (a named checkpoint, else timm's cached "
+               "pretrained file), when there is one",
     "device_type": "the device type, when not CPU (CUDA kernels sum in other orders)",
     "selection": "a hyperparameter-selection run's cut (engine.hparam_selection.SelectionCase)",
     "kind": "a protocol step's kind (CLDyB's 'cldyb-search')",

@@ -503,12 +503,28 @@ def weights_file(backbone: str, options: dict | None = None) -> Path | None:
 
 
 def weights_key(backbone: str, options: dict | None = None) -> str | None:
-    """What the record key holds of a named weights file: its content hash, so replacing the file at the same
-    path retrains (a file not there yet: its path, the run then fails naming it). None without a file."""
+    """What the record key holds of the weights file a run loads: its content hash, so replacing the file
+    retrains. A named checkpoint (a file not there yet: its path, the run then fails naming it), else timm's
+    cached pretrained file of the model (other weights cached under the same model name retrain too). None
+    without a file: no weights, or pretrained weights not cached here (timm fetches them; the model name in
+    the key is all that is known before the run)."""
     path = weights_file(backbone, options)
     if path is None:
-        return None
+        path = _cached_pretrained_file(backbone, options or {})
+        if path is None:
+            return None
     return f"sha256:{file_sha256(path)}" if path.is_file() else f"missing:{path}"
+
+
+def _cached_pretrained_file(backbone: str, options: dict) -> Path | None:
+    """The cached file of timm's pretrained weights this backbone loads, None if it loads none or none is here."""
+    model = timm_model(backbone, options)
+    if model is None or not options.get("pretrained", _factory_default(backbone, "pretrained")):
+        return None
+    try:
+        return cached_weights(model)
+    except Exception:   # not cached, or a name timm does not know: the run itself reports it
+        return None
 
 
 def file_sha256(path) -> str:
