@@ -93,3 +93,17 @@ def test_peak_gpu_memory_is_reset_for_every_run(monkeypatch):
         allocate(mb)
         peaks.append(peak_memory.read(cuda)[1])
     assert peaks == [100.0, 10.0] and state["resets"] == 2
+
+
+def test_ensemble_members_carry_the_shared_processes_peaks():
+    """--clh-ensemble: the members run as threads of one process, each reset at its start; every member
+    still has its memory split and a resident peak (the ensemble's, see engine/peak_memory.py)."""
+    from clharness.engine.ensemble import run_ensemble
+    spec = ScenarioSpec(name="s", dataset="digits", tasks=5, epochs=1, backbone="mlp", memory_size=30,
+                        backbone_options={"hidden": 16, "layers": 1})
+    cases = [Case("t", spec, "er", seed) for seed in (0, 1)]
+    records = run_ensemble(cases, clh.Harness(), torch.device("cpu"))
+    assert [r.status for r in records] == ["passed", "passed"] and records[0].extra["executor"] == "ensemble:2"
+    for r in records:
+        assert r.peak_rss_mb > 0 and r.peak_cuda_mb == 0.0
+        assert r.memory_buffer_mb == 30 * 64 / MB and r.memory_model_mb == 4 * (64 * 16 + 16 + 16 * 10 + 10) / MB
