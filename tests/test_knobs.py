@@ -556,3 +556,78 @@ def test_gtep_configuration_score_is_the_mean_of_the_trials_harmonic_means():
     assert config_score(records) == pytest.approx(sum(hm) / 3)
     acc, avg = sum(a for a, _ in pairs) / 3, sum(b for _, b in pairs) / 3
     assert config_score(records, "hmean-of-means") == pytest.approx(2 * acc * avg / (acc + avg))
+
+
+# --- X-DER: alpha weighs the logit replay, MSE over all heads (mammoth xder.py; DER eq. 2) --------------
+
+def test_xder_alpha_weighs_the_mse_between_replayed_logits_and_the_stored_ones():
+    """L = CE(current head) + alpha mean_{i,k} (h(x'_i)_k - z'_ik)^2 + (the other terms): on the second task
+    the loss at alpha = 0.7 minus the loss at alpha = 0, with the same memory draws, is 0.7 x the mean
+    squared error over every head between the network's logits of the first draw and the logits stored
+    before this step (its second step: at the first, the network is the one that stored them)."""
+    from test_fidelity_exemplars import experience as uint8_experience, tiny_context
+    torch.manual_seed(0)
+    xder = METHODS["xder"](tiny_context(memory_size=6, epochs=1), preset="custom", alpha=0.7, beta=0.8, lambd=0.0,
+                            lr=0.5)   # a large step, so the logits move well away from the stored ones
+    xder.learn(uint8_experience((0, 1), seed=0))
+    got, calls = [], []
+    real = type(xder).xder_loss.__get__(xder)
+
+    def spy(x, y, view=None):
+        calls.append(1)
+        if len(calls) == 2:   # the second step: the network has moved since the logits were stored
+            state, stored = xder.gen.get_state(), xder.buffer_logits.clone()
+            slots = torch.randperm(len(xder.buffer), generator=xder.gen)[:len(y)]   # sample()'s first draw
+            xder.gen.set_state(state)
+            full = real(x, y).item()
+            xder.gen.set_state(state)
+            xder.buffer_logits = stored.clone()                 # the update of the first call undone
+            xder.hp["alpha"] = 0.0
+            without = real(x, y).item()
+            xder.hp["alpha"] = 0.7
+            with torch.no_grad():
+                mse = ((xder.model(xder.buffer.x[slots]) - stored[slots]) ** 2).mean().item()
+            got.append((full, without, mse))
+        return real(x, y, view)
+
+    xder.xder_loss = spy
+    xder.learn(uint8_experience((2, 3), seed=1))
+    full, without, mse = got[0]
+    # float32 losses near 1 differ by ~1e-7: the difference is compared to that precision
+    assert mse > 1e-3 and full - without == pytest.approx(0.7 * mse, rel=1e-3, abs=1e-6)
+
+
+# --- BEEF: energy_weight weighs the energy term of the expansion loss (PyCIL beef_iso.py) --------------
+
+def test_beef_energy_weight_weighs_the_energy_loss_beside_the_aligned_cross_entropy():
+    """Expansion loss = CE(old tasks' backward-prototype logits / logits_alignment, new logits; task-level
+    targets) + energy_weight x CE(energy): on the second task, with the same noise draws, the loss minus
+    energy_weight x the energy loss is the aligned cross-entropy written out by hand."""
+    from test_fidelity_exemplars import experience as uint8_experience, tiny_context
+    torch.manual_seed(0)
+    w, align = 0.3, 1.7
+    beef = METHODS["beef"](tiny_context(memory_size=6, epochs=1), energy_weight=w, logits_alignment=align)
+    beef.learn(uint8_experience((0, 1), seed=0))
+    x, y = torch.randn(4, 1, 2, 2, generator=gen(6)), torch.tensor([2, 3, 0, 1])
+    got = []
+    real = beef.fit
+
+    def spy(batches, loss_fn=None, params=None, trainer=None):
+        if getattr(loss_fn, "__name__", "") == "expansion_loss" and not got:
+            torch.manual_seed(11)
+            full = loss_fn(x, y).item()
+            targets = beef.task_targets(y)
+            torch.manual_seed(11)                       # the negatives' noise, drawn again
+            energy = beef.energy_loss(x, y, targets).item()
+            with torch.no_grad():
+                logits = beef.train_logits(beef.model.newest_features(x))
+            got.append((full, energy, logits, targets))
+        return real(batches, loss_fn, params, trainer)
+
+    beef.fit = spy
+    beef.learn(uint8_experience((2, 3), seed=1))
+    full, energy, logits, targets = got[0]
+    # one backward prototype (task 0) then the new classes 2, 3: targets 0 for classes 0, 1; 1 + position
+    assert targets.tolist() == [1, 2, 0, 0]
+    aligned = torch.cat([logits[:, :1] / align, logits[:, 1:]], 1)
+    assert energy > 0 and full == pytest.approx(hand_ce(aligned, targets).item() + w * energy, rel=1e-5)
