@@ -33,7 +33,7 @@ def records():
 def test_default_columns_fixed_order(records):
     assert default_columns(records) == ["final_acc", "avg_inc_acc", "forgetting", "bwt", "info_retention",
                                         "robustness", "train_seconds", "clustering_seconds",
-                                        "lookahead_seconds", "memory_mb"]
+                                        "lookahead_seconds", "train_gflops", "eval_gflops", "memory_mb"]
     # the order does not depend on the order of the records
     assert default_columns(records[::-1]) == default_columns(records)
 

@@ -6,6 +6,8 @@ Written in a suite file as one line each (``gates = [...]``), optionally scoped 
     "er: final_acc beats finetune by 0.05"          relative: better by a margin
     "er: final_acc beats finetune by 0.05 welch 0.05"   ... and a one-sided Welch t-test at level 0.05
     "lwf: final_acc within 0.02 of er"              relative: no further apart than a tolerance
+    "er: train_gflops <= 2x finetune"               ratio: at most 2 times finetune's seed mean (also >=)
+    "*: train_gflops <= 0.5"                        FLOPs are costs like seconds (engine/flops.py)
     "ci-5x2/er: forgetting <= 0.2"                  only in scenario ci-5x2
 
 ``--clh-compare baseline.json --clh-max-drop final_acc=0.02`` adds regression gates against a
@@ -25,9 +27,10 @@ from ..results import CONFIGURATION_FIELDS, RunRecord, configuration_fields, con
 
 # Record fields a gate may judge besides the metrics, all lower-is-better costs.
 COST_FIELDS = ("train_seconds", "eval_seconds", "memory_mb", "memory_model_mb", "memory_buffer_mb",
-               "memory_other_mb", "peak_cuda_mb", "peak_rss_mb", "parameters")
+               "memory_other_mb", "peak_cuda_mb", "peak_rss_mb", "parameters", "train_gflops", "eval_gflops")
 GATE_FORMS = ("'METHOD: METRIC >= VALUE'", "'METHOD: METRIC <= VALUE'",
-              "'METHOD: METRIC beats OTHER by MARGIN [welch ALPHA]'", "'METHOD: METRIC within TOL of OTHER'")
+              "'METHOD: METRIC beats OTHER by MARGIN [welch ALPHA]'", "'METHOD: METRIC within TOL of OTHER'",
+              "'METHOD: METRIC <= FACTORx OTHER'", "'METHOD: METRIC >= FACTORx OTHER'")
 
 _NUM = r"([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)"
 _HEAD = r"^\s*(?:(?P<scenario>[^/:\s]+)/)?(?P<method>[^/:\s]+)\s*:\s*(?P<metric>\w+)\s+"
@@ -35,6 +38,8 @@ _PATTERNS = {
     "bound": re.compile(_HEAD + r"(?P<op>>=|<=)\s*" + _NUM.replace("(", "(?P<value>", 1) + r"\s*$"),
     "beats": re.compile(_HEAD + r"beats\s+(?P<other>[^\s]+)\s+by\s+" + _NUM.replace("(", "(?P<value>", 1)
                         + r"(?:\s+welch\s+" + _NUM.replace("(", "(?P<alpha>", 1) + r")?\s*$"),
+    "ratio": re.compile(_HEAD + r"(?P<op>>=|<=)\s*" + _NUM.replace("(", "(?P<value>", 1)
+                        + r"\s*x\s+(?P<other>[^\s]+)\s*$"),
     "within": re.compile(_HEAD + r"within\s+" + _NUM.replace("(", "(?P<value>", 1) + r"\s+of\s+(?P<other>[^\s]+)\s*$"),
 }
 
@@ -48,8 +53,8 @@ class Gate:
     text: str
     method: str                  # "*" = every method of the suite
     metric: str
-    kind: str                    # ">=", "<=", "beats", "within", "max-drop"
-    value: float                 # bound, margin, tolerance or allowed drop
+    kind: str                    # ">=", "<=", "beats", "within", "max-drop", "<=x", ">=x" (ratio to other)
+    value: float                 # bound, margin, tolerance, allowed drop or factor
     other: str | None = None     # the method compared with (beats / within)
     scenario: str | None = None  # None = every scenario of the suite
     alpha: float | None = None   # one-sided Welch t-test level (beats)
@@ -73,7 +78,8 @@ def parse_gate(text: str) -> Gate:
             if alpha is not None and not 0 < alpha < 1:
                 raise GateError(f"gate {text!r}: welch level {alpha} must be in (0, 1)")
             return Gate(text=text.strip(), method=g["method"], metric=metric,
-                        kind=g["op"] if kind == "bound" else kind, value=float(g["value"]),
+                        kind=g["op"] if kind == "bound" else g["op"] + "x" if kind == "ratio" else kind,
+                        value=float(g["value"]),
                         other=g.get("other"), scenario=g["scenario"], alpha=alpha)
     raise GateError(f"gate {text!r} is not understood; write one of: {', '.join(GATE_FORMS)}")
 
@@ -179,8 +185,18 @@ def _judge_one(gate, records, scenario, method, label="", other_label="") -> tup
         good = drop <= gate.value + 1e-12
         return good, (f"{where}: {gate.metric} = {mean:.4f} ({seeds}) vs baseline {gate.baseline:.4f}: "
                       f"{'worse' if drop > 0 else 'better'} by {abs(drop):.4f}, allowed drop {gate.value}")
-    b = values(records, gate.other, scenario, gate.metric)
     them = f"{gate.other}{f' [{other_label}]' if other_label else ''}"
+    if gate.kind in ("<=x", ">=x"):   # a ratio of seed means: "at most 2x finetune's training FLOPs"
+        ref = values(records, gate.other, scenario, gate.metric)
+        if not ref:
+            return False, f"{where}: {gate.other} has no passed run with {gate.metric} to compare with"
+        other = sum(ref) / len(ref)
+        bound = gate.value * other
+        good = mean <= bound + 1e-12 * abs(bound) if gate.kind == "<=x" else mean >= bound - 1e-12 * abs(bound)
+        ratio = f"{mean / other:.4g}x" if other else "undefined (its mean is 0)"
+        return good, (f"{where}: {gate.metric} = {mean:.6g} ({seeds}) vs {them} {other:.6g}: ratio {ratio}, "
+                      f"{'' if good else 'not '}{gate.kind[:2]} {gate.value:g}x")
+    b = values(records, gate.other, scenario, gate.metric)
     if not b:
         return False, f"{where}: {gate.other} has no passed run with {gate.metric} to compare with"
     other = sum(b) / len(b)

@@ -14,10 +14,11 @@ from ..metrics import mean_ci, rank_correlation
 from ..results import RunRecord, configuration_fields, configuration_id, configuration_label
 
 # The columns of the default scorecard: metric keys or record fields.
-COLUMNS = ("final_acc", "avg_inc_acc", "forgetting", "bwt", "train_seconds", "memory_mb")
+COLUMNS = ("final_acc", "avg_inc_acc", "forgetting", "bwt", "train_seconds", "train_gflops", "eval_gflops", "memory_mb")
 HEADERS = {"final_acc": "final acc", "avg_inc_acc": "avg inc acc", "forgetting": "forgetting", "bwt": "BWT",
            "fwt": "FWT", "acc": "ACC", "info_retention": "info retention", "afm": "AFM", "ala": "ALA", "ar": "AR", "aa": "AA", "hmean": "H(acc, avg)",
            "train_seconds": "train s", "eval_seconds": "eval s", "memory_mb": "memory MB",
+           "train_gflops": "train GFLOPs", "eval_gflops": "eval GFLOPs",
            "peak_cuda_mb": "peak CUDA MB", "peak_rss_mb": "peak RSS MB", "parameters": "params",
            "memory_model_mb": "model MB", "memory_buffer_mb": "buffer MB", "memory_other_mb": "other MB",
            "min_acc": "min-ACC", "wc_acc": "WC-ACC", "stability_gap": "stability gap", "gap_recovery": "gap recovery",
@@ -65,13 +66,16 @@ def carried(summary: pd.DataFrame, columns: Sequence[str]) -> list[str]:
     return [c for c in columns if c in summary and summary[c].notna().any()]
 # memory_mb's three parts and the two peaks are columns a table can ask for (--columns memory_buffer_mb,...)
 MEMORY_FIELDS = ("memory_model_mb", "memory_buffer_mb", "memory_other_mb", "peak_rss_mb", "peak_cuda_mb")
-_FIELDS = ("train_seconds", "eval_seconds", "memory_mb", *MEMORY_FIELDS, "parameters")
+# FLOPs (engine/flops.py): None where not counted (NaN in a frame): a row's mean is over its counted seeds
+FLOP_FIELDS = ("train_gflops", "eval_gflops")
+_FIELDS = ("train_seconds", "eval_seconds", *FLOP_FIELDS, "memory_mb", *MEMORY_FIELDS, "parameters")
 
 
 def records_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
     """One row per run: keys, seed, status and every metric and cost as columns."""
     rows = [{**{k: getattr(r, k) for k in (*KEYS, "seed", "status", "message")},
-             **{f: getattr(r, f) for f in _FIELDS}, **r.metrics} for r in records]
+             **{f: math.nan if getattr(r, f) is None else getattr(r, f) for f in _FIELDS}, **r.metrics}
+            for r in records]
     return pd.DataFrame(rows, columns=None if rows else [*KEYS, "seed", "status"])
 
 
