@@ -79,3 +79,23 @@ def test_flops_not_counted_show_as_a_dash_never_as_zero():
     cells = [c.strip() for c in row.strip("|").split("|")]
     header = [c.strip() for c in next(l for l in md.splitlines() if "train GFLOPs" in l).strip("|").split("|")]
     assert cells[header.index("train GFLOPs")] == "-" and cells[header.index("eval GFLOPs")] == "0.250"
+
+
+def test_flop_gates_in_a_suite(tmp_path):
+    """Gates on FLOPs written in a suite file judge the session's records. finetune on the mini suite:
+    one epoch over digits' 1,257 training images, an MLP 64-32-10: per image 2*(64*32 + 32*10) forward and
+    2*64*32 + 4*32*10 backward = 10,112 FLOPs, so 12,710,784 in all; ER adds its replay batches on top."""
+    import sys
+    from pathlib import Path
+    import clharness
+    sys.path.insert(0, str(Path(__file__).parent))
+    from mini_suite import mini_suite
+    gates = ['"finetune: train_gflops <= 0.012711"', '"finetune: train_gflops <= 0.012710"',
+             '"er: train_gflops >= 1.1x finetune"', '"er: train_gflops <= 1x finetune"']
+    suite = tmp_path / "mini.toml"
+    suite.write_text(f"gates = [{', '.join(gates)}]\n" + mini_suite(seeds=1).replace(
+        "[defaults]", "[defaults]\nmemory_size = 200"))
+    out = clharness.run(str(suite), methods=["finetune", "er"], results=str(tmp_path / "r.sqlite"))
+    assert [r.train_gflops for r in out if r.method == "finetune"] == [1257 * 10112 / 1e9]
+    verdicts = [u.outcome for u in out.gates]
+    assert verdicts == ["passed", "failed", "passed", "failed"], [u.message for u in out.gates]
