@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import clharness as clh
-from clharness.benchmarks.stf.realtime import RealTimeStream
+from clharness.benchmarks.stf.realtime import RealTimeStream, baseline_step_flops
 from clharness.data import BUILTIN_SOURCES as DATASETS
 from clharness.engine.runner import Case, base_key
 from clharness.engine.scenario import build_scenario
@@ -162,3 +162,19 @@ def test_the_option_is_in_the_key_and_checked(tmp_path):
         _spec(tmp_path, 'realtime = true\nrealtime_baseline = "gdumb"')
     with pytest.raises(SuiteError, match="realtime = 'yes' must be of type bool"):
         _spec(tmp_path, 'realtime = "yes"')
+
+
+def test_the_baseline_step_is_hand_counted_and_hidden_from_the_runs_meter():
+    """finetune's step on an MLP 48 -> 16 -> head 4, batch 10: forward 2*10*(48*16 + 16*4), backward the
+    head's input and weight gradients 2 * 2*10*16*4 and the first layer's weight gradient 2*10*48*16
+    (the input needs no gradient). A counter around the run sees none of it."""
+    from torch.utils.flop_counter import FlopCounterMode
+    context = Context(Setting.ONLINE, 4, (3, 4, 4), backbone_factory=lambda: MLP((3, 4, 4), hidden=16, layers=1))
+    x, y = torch.randn(10, 3, 4, 4), torch.randint(0, 4, (10,))
+    expected = 2 * 10 * (48 * 16 + 16 * 4) + 2 * 2 * 10 * 16 * 4 + 2 * 10 * 48 * 16
+    state = torch.random.get_rng_state()
+    with FlopCounterMode(display=False) as around:
+        assert baseline_step_flops(context, x, y, "finetune") == expected
+        assert baseline_step_flops(context, x, y, "er") == 2 * expected    # the stream batch and an equal replay batch
+    assert around.get_total_flops() == 0
+    assert torch.equal(torch.random.get_rng_state(), state)                # the run's draws did not move
