@@ -71,6 +71,9 @@ def _add_report(sub) -> None:
                      help="every configuration of a case (quick budget, older code, other hyperparameters), each its "
                           "own labelled row after the main one; default: per case only the configuration the current "
                           "code and suite would run (figures and Welch tests use that one either way)")
+    rep.add_argument("--per-gflop", action="store_true", dest="per_gflop",
+                     help="also rank the methods of each scenario at equal compute: final accuracy per training "
+                          "GFLOP, with the Pareto front of accuracy vs training FLOPs marked (md, github, latex)")
     rep.add_argument("--html", metavar="PATH", help="also write the HTML report to PATH")
     rep.add_argument("--figures", metavar="DIR",
                      help="also write every figure of the HTML report to DIR: matplotlib figures as PNG, SVG and PDF, "
@@ -357,6 +360,9 @@ def report_results(args: argparse.Namespace) -> int:
         current = current_codes(records)
         columns = columns or default_columns(records)
         check_columns(records, columns)
+        if args.per_gflop and args.format in ("csv", "json"):
+            raise ReportError(f"--per-gflop prints a table: use --format md, github or latex, not {args.format} "
+                              "(the csv and json summaries carry train_gflops and final_acc per row)")
         print(render_text(records, columns, args.format, current=current, every=args.every))
         if args.format in ("csv", "json"):   # one document on stdout: the note on hidden rows goes to stderr
             from .reporting.report import shown_rows
@@ -371,6 +377,10 @@ def report_results(args: argparse.Namespace) -> int:
             from .reporting.scorecard import main_records   # a kind's section pools no configurations either
             for title, text in report_sections(main_records(records, current), FORMATS[args.format], Harness):
                 print(f"\n{title}\n{text}")
+            if args.per_gflop:
+                from .reporting.report import per_gflop_text
+                print("\nAt equal compute (accuracy per training GFLOP, Pareto front):\n"
+                      + per_gflop_text(records, args.format, current))
         if args.html or args.figures:
             from .plugins import Harness
             source = str(Path(args.results).resolve())

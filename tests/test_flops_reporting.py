@@ -99,3 +99,67 @@ def test_flop_gates_in_a_suite(tmp_path):
     assert [r.train_gflops for r in out if r.method == "finetune"] == [1257 * 10112 / 1e9]
     verdicts = [u.outcome for u in out.gates]
     assert verdicts == ["passed", "failed", "passed", "failed"], [u.message for u in out.gates]
+
+
+# --- equal-budget views: the Pareto front and the ranking at equal compute ------------------------
+from clharness.reporting import budget  # noqa: E402
+
+# (train GFLOPs, final acc): B is cheaper and more accurate than C, so C is dominated (by B only: A and D
+# are cheaper but less accurate); A, B and D are each best at their cost. E's training was not counted.
+POINTS = {"A": (10.0, 0.20), "B": (20.0, 0.60), "C": (25.0, 0.30), "D": (5.0, 0.10), "E": (None, 0.90)}
+
+
+def _budget_records():
+    return [rec(m, seed, acc, train, scenario="s") for m, (train, acc) in POINTS.items() for seed in (0, 1)]
+
+
+def test_the_pareto_front_excludes_a_dominated_point():
+    pts = {p.method: p for p in budget.points(_budget_records())}
+    assert {m for m, p in pts.items() if p.pareto} == {"A", "B", "D"}
+    assert pts["C"].dominated_by == ["B"] and not pts["C"].pareto
+    assert not pts["E"].placed and pts["E"].why_not_placed == "training FLOPs not counted"
+    # equal on one axis, better on the other: dominated; equal on both: neither dominates
+    tie = budget.front([budget.Point("x", 10.0, 0.5, 1), budget.Point("y", 10.0, 0.4, 1),
+                        budget.Point("z", 10.0, 0.5, 1)])
+    assert [p.pareto for p in tie] == [True, False, True] and tie[1].dominated_by == ["x", "z"]
+
+
+def test_a_partly_counted_method_has_no_point():
+    records = _budget_records() + [rec("A", 2, 0.2, None)]   # a third seed of A, not counted
+    pts = {p.method: p for p in budget.points(records)}
+    assert not pts["A"].placed and {m for m, p in pts.items() if p.pareto} == {"B", "D"}
+
+
+def test_the_ranking_at_equal_compute_as_computed_by_hand():
+    # accuracy per GFLOP: A 0.2/10 = 0.02, B 0.6/20 = 0.03, C 0.3/25 = 0.012, D 0.1/5 = 0.02 (tie with A:
+    # the more accurate first); E unplaced, last
+    ranked = budget.ranking(budget.points(_budget_records()))
+    assert [p.method for p in ranked] == ["B", "A", "D", "C", "E"]
+    assert [round(p.per_gflop, 6) for p in ranked[:4]] == [0.03, 0.02, 0.02, 0.012]
+
+
+def test_report_per_gflop_prints_the_ranking(tmp_path, capsys):
+    from clharness.cli import main
+    from clharness.results import ResultsStore
+    path = tmp_path / "r.sqlite"
+    store = ResultsStore(path)
+    for r in _budget_records():
+        r.key = f"{r.method}-{r.seed}"   # the store keeps one record per key
+        store.put(r)
+    store.close()
+    assert main(["report", str(path), "--per-gflop"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("At equal compute"):]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()
+            if line.startswith("|") and not set(line) <= set("|:- ")][1:]
+    assert [r[:2] for r in rows] == [["1", "B"], ["2", "A"], ["3", "D"], ["4", "C"], ["-", "E"]]
+    assert rows[0][2:] == ["20", "0.600", "0.03", "yes"] and rows[3][5] == "no (dominated by B)"
+    assert rows[4][5] == "training FLOPs not counted"
+    assert main(["report", str(path), "--per-gflop", "--format", "csv"]) == 2
+    assert "--per-gflop prints a table" in capsys.readouterr().err
+
+
+def test_the_html_report_draws_accuracy_against_training_flops():
+    from clharness.reporting.report import build_html
+    page = build_html(_budget_records())
+    assert "s: accuracy vs training FLOPs" in page and "Not placed: E (training FLOPs not counted)" in page

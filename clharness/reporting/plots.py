@@ -1,4 +1,5 @@
-"""Report figures: accuracy-matrix heatmaps, accuracy over tasks, and a method radar (CLDyB Fig. 4).
+"""Report figures: accuracy-matrix heatmaps, accuracy over tasks, a method radar (CLDyB Fig. 4), and
+accuracy against training FLOPs with the Pareto front (reporting/budget.py).
 
 Each figure aggregates the passed seeds of one (suite, scenario) first and draws once, so a
 store of thousands of records costs a few figures per scenario, not one per record. Figures
@@ -351,6 +352,36 @@ def continual_figure(curves: Mapping[str, dict]) -> Figure:
         ax.set_visible(False)
     if n:
         axes[0].legend(fontsize=7, frameon=False, ncol=2)
+    return fig
+
+
+def pareto_figure(points: Sequence, colors: Mapping[str, tuple]) -> Figure:
+    """Final accuracy against training GFLOPs, one marker per method (``reporting.budget.Point``s, seed
+    means), the Pareto front as a step line through its methods (none beats them on both axes); the
+    x axis is logarithmic where the costs span more than a factor of 20."""
+    placed = [p for p in points if p.placed]
+    fig = Figure(figsize=(6.2, 4.2), dpi=DPI, layout="constrained")
+    ax = fig.subplots()
+    styles = method_styles({p.method: colors[p.method] for p in placed})
+    for p in placed:
+        k = styles[p.method]
+        ax.plot([p.gflops], [p.accuracy], ls="none", marker=MARKERS[k % len(MARKERS)], ms=8 if p.pareto else 6,
+                color=colors[p.method], mfc=colors[p.method] if p.pareto else "none", mew=1.6,
+                label=f"{p.method}{' (front)' if p.pareto else ''}", gid=method_gid(p.method))
+    best = sorted((p for p in placed if p.pareto), key=lambda p: p.gflops)
+    if best:   # the front: from each front method right to the next one's cost, then up to its accuracy
+        xs, ys = [best[0].gflops], [best[0].accuracy]
+        for q in best[1:]:
+            xs += [q.gflops, q.gflops]
+            ys += [ys[-1], q.accuracy]
+        ax.plot(xs, ys, color="#444444", lw=1.1, ls="--", zorder=0, label="Pareto front")
+    costs = [p.gflops for p in placed]
+    if costs and max(costs) > 20 * min(costs):
+        ax.set_xscale("log")
+    ax.set_xlabel("training GFLOPs (forward + backward, seed mean)")
+    ax.set_ylabel("final accuracy (seed mean)")
+    ax.grid(alpha=0.3)
+    fig.legend(loc="outside right upper", fontsize=8, frameon=False)
     return fig
 
 

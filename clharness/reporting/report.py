@@ -117,6 +117,17 @@ def render_text(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, 
     return text
 
 
+def per_gflop_text(records: Sequence[RunRecord], fmt: str = "md", current: dict | None = None) -> str:
+    """``clharness report --per-gflop``: per scenario, the methods ranked by final accuracy per training
+    GFLOP with the Pareto front marked (reporting/budget.py); each case's main configuration, methods only
+    (no protocol steps, no tuning configurations)."""
+    from ..kinds import split_scenario
+    from . import budget
+    kept = [r for r in main_records(records, current) if not pseudo_method(r)
+            and (split_scenario(r.scenario) or ("", ""))[1] != "tune"]
+    return budget.render_ranking(budget.by_case(kept), FORMATS[fmt])
+
+
 def pseudo_method(record: RunRecord) -> bool:
     """A record whose method field names a protocol step, not a method (CLDyB's sequence search):
     it has no place in a comparison of methods (radars, colours, tests between methods)."""
@@ -157,6 +168,10 @@ _NOTES = {
     "curve": "Accuracy on all tasks seen so far after each task (mean of R[i, 0..i] weighted by test samples "
              "per task), mean over seeds; the band is the 95% Student-t confidence interval of that mean "
              "(t_{0.975, n−1}, n = the method's seeds, shown in the legend).",
+    "pareto": "Equal-budget view: final accuracy against training GFLOPs (forward and backward of every "
+              "matmul and convolution the method ran, engine/flops.py), seed means. Filled markers and the dashed "
+              "step line: the Pareto front, the methods no other method beats with at most their training FLOPs "
+              "and at least their accuracy; hollow markers are dominated.",
     "radar": "Methods compared as in CLDyB Fig. 4; further out is better on every axis. Final accuracy, "
              "learning accuracy (ALA, mean of R[j][j]) and robustness on their absolute 0-1 scale; retention = "
              "1 − AFM (= 1 + AR, CLDyB's average retention shifted into 0-1), or the information retention "
@@ -307,6 +322,7 @@ def _scenario_figures(name: str, groups: dict[str, list[RunRecord]], colors) -> 
 
     row = figure(plots.radar_figure(labels, values, colors), f"{name}: method radar",
                  _NOTES["radar"] + " " + training_time_note(groups))
+    row += pareto_html(groups, colors, name, figure)
     if not with_matrix:   # a protocol that stores metrics only (STF's stream): nothing is wrong
         return (f"<div class='row'>{row}</div><p class='note'>these runs store metrics, not a per-task accuracy "
                 "matrix (their protocol has no task sequence to score).</p>")
@@ -321,6 +337,18 @@ def _scenario_figures(name: str, groups: dict[str, list[RunRecord]], colors) -> 
         out += figure(plots.continual_figure(continual), f"{name}: continual evaluation", _NOTES["continual"],
                       tight=False)
     return out
+
+
+def pareto_html(groups: dict[str, list[RunRecord]], colors, name: str, figure) -> str:
+    """Accuracy against training FLOPs with the Pareto front (reporting/budget.py), where at least two
+    methods have counted FLOPs; the methods without a point are named in the caption."""
+    from . import budget, plots
+    pts = budget.points(r for rs in groups.values() for r in rs)
+    if sum(p.placed for p in pts) < 2:
+        return ""
+    left = [f"{p.method} ({p.why_not_placed})" for p in pts if not p.placed]
+    return figure(plots.pareto_figure(pts, colors), f"{name}: accuracy vs training FLOPs",
+                  _NOTES["pareto"] + (f" Not placed: {'; '.join(left)}." if left else ""), tight=False)
 
 
 def training_time_note(groups: dict[str, list[RunRecord]]) -> str:
