@@ -934,6 +934,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "return math.floor(self.free_at) <= i", "return round(self.free_at) <= i",
              ("tests/test_stf_realtime.py::test_a_fractional_cost_trains_on_a_fraction_one_over_c_floor_of_j_times_c",
               "tests/test_stf_realtime.py::test_the_clock_is_exact_and_never_runs_ahead_of_the_stream")),
+    Mutation("realtime-baseline-booked-as-training", "clharness/benchmarks/stf/realtime.py",
+             "with _disable_current_modes(), torch.random.fork_rng(devices=[]):",
+             "with torch.random.fork_rng(devices=[]):",
+             ("tests/test_stf_realtime.py::test_the_baseline_step_is_hand_counted_and_hidden_from_the_runs_meter",)),
     # issue 36 items 2, 3: figures, Welch tests and gates never pool configurations; report --all
     Mutation("figure-pools-configurations", "clharness/reporting/report.py",
              "records = main_records(records, current)   # one configuration per case from here on",
