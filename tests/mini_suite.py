@@ -14,7 +14,7 @@ def mini_suite(seeds: int = 2, hidden: int = 32, suite_keys: str = "", task_il: 
 def paused_members(methods, data, step=None) -> list:
     """One ``engine.ensemble._Member`` per method, paused at its ``fit(batches)`` with ``data``'s batches
     (and ``step(method)`` as its declared step, when given): what ``_train_task`` trains."""
-    from clharness.engine.ensemble import _Member
+    from clharness.engine.ensemble_members import _Member
     members = []
     for method, batches in zip(methods, data):
         m = _Member(None, None)

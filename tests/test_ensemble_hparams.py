@@ -28,13 +28,13 @@ def _quickstart(**scenario):
 
 
 def _against_solo(harness, cases):
-    """Each case solo and all of them as one ensemble: equal accuracy matrices (1e-4), equal keys."""
+    """Each case solo and all of them as one ensemble: equal accuracy matrices (bit for bit), equal keys."""
     from clharness.engine.runner import run_case
     solo = [run_case(c, harness, torch.device("cpu")) for c in cases]
     ens = run_ensemble(cases, harness, torch.device("cpu"))
     for a, b in zip(solo, ens):
         assert a.status == b.status == "passed" and a.key == b.key and b.extra["executor"] == f"ensemble:{len(cases)}"
-        assert np.allclose(a.acc_matrix, b.acc_matrix, atol=1e-4, rtol=0), (a.hparams, a.seed)
+        assert np.array_equal(a.acc_matrix, b.acc_matrix, equal_nan=True), (a.hparams, a.seed)
     return solo, ens
 
 
@@ -59,7 +59,7 @@ def test_trainer_step_by_step_equals_each_members_solo_fit():
     import copy
     import functools
 
-    from clharness.engine.ensemble import _train_task
+    from clharness.engine.ensemble_step import _train_task
     from clharness.method import Context, Setting
     from clharness.toolkit.backbones import MLP
     from clharness.toolkit.training import SupervisedMethod
@@ -184,7 +184,7 @@ def test_suite_key_groups_gtep_configurations_and_enters_no_key(tmp_path):
     assert executors["suite"].count("ensemble:4") == 4 and executors["cli"].count("ensemble:2") == 4
     for name in ("suite", "cli"):
         for k, r in results[name].items():
-            assert np.allclose(r.acc_matrix, results["solo"][k].acc_matrix, atol=1e-4, rtol=0)
+            assert np.array_equal(r.acc_matrix, results["solo"][k].acc_matrix, equal_nan=True)
 
 
 MINI = mini_suite(seeds=2, hidden=16)
@@ -254,4 +254,4 @@ def test_a_member_that_diverges_fails_alone_end_to_end():
     for a, b in zip(solo, ens):
         assert a.key == b.key and b.extra["executor"] == "ensemble:3"
     for e in (0, 2):
-        assert np.allclose(solo[e].acc_matrix, ens[e].acc_matrix, atol=1e-4, rtol=0)
+        assert np.array_equal(solo[e].acc_matrix, ens[e].acc_matrix, equal_nan=True)

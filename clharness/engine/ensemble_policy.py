@@ -102,60 +102,95 @@ def _structure(method_cls) -> str | None:
     with a loss its ensemble_steps do not declare, an override of ``fit``, or its own ``loss`` / ``cross_entropy``
     without declared per-member state (``ensemble_state``)."""
     from ..toolkit.training import SupervisedMethod
+    order = _reached(method_cls)
+    loop = _own_loop(method_cls, order)
+    if not issubclass(method_cls, SupervisedMethod):
+        return ("is not a SupervisedMethod: it has no fit(batches) for the batched step to replace"
+                + (f"; {loop}" if loop else ""))
+    if loop:
+        return f"trains with a loop of its own, outside fit(): {loop}"
+    reason = _fit_calls(method_cls, order)
+    if reason:
+        return reason
+    if getattr(method_cls, "fit") is not getattr(SupervisedMethod, "fit"):
+        return "overrides fit()"
+    if _state_names(method_cls) is None:
+        return _own_loss(method_cls)
+    return None
+
+
+def _harness_own(method_cls) -> set:
+    """The classes whose functions are the harness's own (SupervisedMethod and above), not the method's."""
+    from ..toolkit.training import SupervisedMethod
+    return set(SupervisedMethod.__mro__) if issubclass(method_cls, SupervisedMethod) else {object}
+
+
+def _lookup(method_cls, name: str, after=None):
+    """(defining class, function) of ``name`` on method_cls (after class ``after`` in its MRO); None where
+    the harness defines it or it is no Python function."""
+    mro = method_cls.__mro__
+    if after is not None:
+        mro = mro[mro.index(after) + 1:]
+    for klass in mro:
+        if name in vars(klass):
+            attr = vars(klass)[name]
+            attr = attr.fget if isinstance(attr, property) else getattr(attr, "__func__", attr)
+            if klass in _harness_own(method_cls) or not isinstance(attr, types.FunctionType):
+                return None
+            return klass, attr
+    return None
+
+
+def _source_tree(func):
+    """The syntax tree of ``func``'s source, annotations dropped (``trainer: Trainer`` builds nothing)."""
     import ast
     import inspect
     import textwrap
-    harness_own = set(SupervisedMethod.__mro__)
-    if not issubclass(method_cls, SupervisedMethod):
-        harness_own = {object}
-
-    def lookup(name, after=None):
-        """(defining class, function) of ``name`` on method_cls (after class ``after`` in its MRO)."""
-        mro = method_cls.__mro__
-        if after is not None:
-            mro = mro[mro.index(after) + 1:]
-        for klass in mro:
-            if name in vars(klass):
-                attr = vars(klass)[name]
-                attr = attr.fget if isinstance(attr, property) else getattr(attr, "__func__", attr)
-                if klass in harness_own or not isinstance(attr, types.FunctionType):
-                    return None
-                return klass, attr
+    try:
+        node = ast.parse(textwrap.dedent(inspect.getsource(func)))
+    except (OSError, TypeError, SyntaxError):
         return None
+    for n in ast.walk(node):
+        if isinstance(n, (ast.arg, ast.FunctionDef)):
+            n.annotation = n.returns = None
+    return node
 
-    def tree(func):
-        try:
-            node = ast.parse(textwrap.dedent(inspect.getsource(func)))
-        except (OSError, TypeError, SyntaxError):
-            return None
-        for n in ast.walk(node):   # annotations (``trainer: Trainer``) build nothing
-            if isinstance(n, (ast.arg, ast.FunctionDef)):
-                n.annotation = n.returns = None
-        return node
 
-    def self_names(node):
-        return [n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
-                and n.value.id == "self"]
+def _self_names(node) -> list[str]:
+    import ast
+    return [n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+            and n.value.id == "self"]
 
-    steps = _steps(method_cls)
-    seen, order, todo = set(), [], [lookup("learn")]
+
+def _reached(method_cls) -> list:
+    """(class, function, tree) of every function of the method's own that its ``learn`` reaches through
+    ``self.<name>`` and ``super().<name>``, in the order they are reached."""
+    import ast
+    seen, order, todo = set(), [], [_lookup(method_cls, "learn")]
     while todo:
         found = todo.pop(0)
         if found is None or found in seen:
             continue
         seen.add(found)
         klass, func = found
-        node = tree(func)
+        node = _source_tree(func)
         if node is None:
             continue
         order.append((klass, func, node))
         for n in ast.walk(node):
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
-                todo.append(lookup(n.attr))
+                todo.append(_lookup(method_cls, n.attr))
             elif (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Call)
                   and isinstance(n.value.func, ast.Name) and n.value.func.id == "super"):
-                todo.append(lookup(n.attr, klass))
-    builds, steps = {}, {}   # a training loop of its own: an optimizer built and stepped (where, what else)
+                todo.append(_lookup(method_cls, n.attr, klass))
+    return order
+
+
+def _own_loop(method_cls, order) -> str | None:
+    """A training loop of its own among the reached functions: an optimizer (or Trainer) built and stepped,
+    where, and what else the stepping function does (backward, gradients); None where there is none."""
+    import ast
+    builds, steps = {}, {}
     for klass, func, node in order:
         where = f"{klass.__qualname__}.{func.__name__}"
         names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
@@ -170,23 +205,24 @@ def _structure(method_cls) -> str | None:
                 ("calls backward()", any(c.attr == "backward" for c in calls)),
                 ("reads or rewrites the step's gradients",
                  "grad" in attrs or any("grad" in n for n in names if n not in ("enable_grad", "no_grad")))) if hit]
-    loop = None
-    if builds and steps:
-        both = next((w for w in steps if w in builds), None)
-        if both:
-            loop = f"{both} {builds[both]}, steps it" + "".join(f", {w}" for w in steps[both])
-        else:
-            built, stepped = next(iter(builds)), next(iter(steps))
-            loop = (f"{built} {builds[built]}, {stepped} steps it"
-                    + "".join(f", {w}" for w in steps[stepped]))
-        note = _obstacle(method_cls)
-        loop += " (" + (note or "the batched step replaces fit(batches) only") + ")"
-    if not issubclass(method_cls, SupervisedMethod):
-        return ("is not a SupervisedMethod: it has no fit(batches) for the batched step to replace"
-                + (f"; {loop}" if loop else ""))
-    if loop:
-        return f"trains with a loop of its own, outside fit(): {loop}"
-    for klass, func, node in order:   # its fit calls
+    if not (builds and steps):
+        return None
+    both = next((w for w in steps if w in builds), None)
+    if both:
+        loop = f"{both} {builds[both]}, steps it" + "".join(f", {w}" for w in steps[both])
+    else:
+        built, stepped = next(iter(builds)), next(iter(steps))
+        loop = f"{built} {builds[built]}, {stepped} steps it" + "".join(f", {w}" for w in steps[stepped])
+    note = _obstacle(method_cls)
+    return loop + " (" + (note or "the batched step replaces fit(batches) only") + ")"
+
+
+def _fit_calls(method_cls, order) -> str | None:
+    """A ``self.fit`` call the batched step cannot take: over a subset of the parameters, with a trainer of
+    its own, or with a loss no ``ensemble_steps`` entry splits into its random draws and a batchable loss."""
+    import ast
+    steps = _steps(method_cls)
+    for klass, func, node in order:
         for call in ast.walk(node):
             if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "fit"
                     and isinstance(call.func.value, ast.Name) and call.func.value.id == "self"):
@@ -204,25 +240,24 @@ def _structure(method_cls) -> str | None:
             if isinstance(loss, ast.Name):   # a local: what it is assigned
                 exprs = [a.value for a in ast.walk(node) if isinstance(a, ast.Assign)
                          and any(isinstance(t, ast.Name) and t.id == loss.id for t in a.targets)]
-            used = {name for e in exprs for name in self_names(e)}
+            used = {name for e in exprs for name in _self_names(e)}
             if not used or any(name not in steps for name in used):
                 named = ", ".join(sorted(used)) or ast.unparse(loss)
                 return (f"hands fit() a loss of its own ({named}, in {where}) that no ensemble_steps entry splits into "
                         "its random draws and a batchable loss")
-    if getattr(method_cls, "fit") is not getattr(SupervisedMethod, "fit"):
-        return "overrides fit()"
-    if _state_names(method_cls) is None:
-        for name in ("loss", "cross_entropy"):
-            found = lookup(name)
-            if found is None:
-                continue
-            klass, func = found
-            node = tree(func)
-            reads = sorted({a for a in (self_names(node) if node else ()) if a not in ("model", "labels", "hp", "context")
-                            and not callable(getattr(method_cls, a, None))})
-            return (f"overrides {name}() ({klass.__qualname__}.{name}) without declaring the per-member state "
-                    f"it reads (ensemble_state)" + (f": it reads {', '.join(reads)}" if reads else ""))
     return None
 
 
-# ------------------------------------------------------------------------------------- the session side
+def _own_loss(method_cls) -> str | None:
+    """Its own ``loss`` or ``cross_entropy`` without declared per-member state, and what that reads."""
+    for name in ("loss", "cross_entropy"):
+        found = _lookup(method_cls, name)
+        if found is None:
+            continue
+        klass, func = found
+        node = _source_tree(func)
+        reads = sorted({a for a in (_self_names(node) if node else ()) if a not in ("model", "labels", "hp", "context")
+                        and not callable(getattr(method_cls, a, None))})
+        return (f"overrides {name}() ({klass.__qualname__}.{name}) without declaring the per-member state "
+                f"it reads (ensemble_state)" + (f": it reads {', '.join(reads)}" if reads else ""))
+    return None
