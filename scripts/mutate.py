@@ -970,6 +970,20 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("ensemble-conv-members-read-member-0s-buffers", "clharness/engine/ensemble_step.py",
              "_FModel(self.base, params, _row(B, i))", "_FModel(self.base, params, _row(B, 0))",
              ("tests/test_ensemble.py::test_members_are_bit_identical_to_their_solo_runs_on_each_backbone",)),
+    # issue 41 items 1-3: FLOPs in every record, FLOP gates, the Pareto front
+    Mutation("eval-flops-counted-as-train", "clharness/engine/runner.py",
+             "with flops.evaluating():   # every prediction", "with contextlib.nullcontext():   # every prediction",
+             ("tests/test_flops.py::test_a_finetune_record_holds_its_hand_computed_flops",)),
+    Mutation("run-meter-skips-backward-kernels", "clharness/engine/flops.py",
+             "        if formula is not None:\n            self.total +=",
+             "        if formula is not None and \"backward\" not in func.name():\n            self.total +=",
+             ("tests/test_flops.py::test_the_run_meter_counts_what_torchs_flop_counter_counts",)),
+    Mutation("flop-ratio-gate-against-the-wrong-method", "clharness/reporting/gates.py",
+             "ref = values(records, gate.other, scenario, gate.metric)", "ref = values(records, method, scenario, gate.metric)",
+             ("tests/test_flops_reporting.py::test_flop_gates_pass_and_fail_as_computed_by_hand",)),
+    Mutation("pareto-front-keeps-a-dominated-point", "clharness/reporting/budget.py",
+             "return self.placed and not self.dominated_by", "return self.placed",
+             ("tests/test_flops_reporting.py::test_the_pareto_front_excludes_a_dominated_point",)),
 )
 
 
