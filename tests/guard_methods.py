@@ -116,6 +116,12 @@ class Drawer(Plain):
         return super().predict(x, task_id)
 
 
+class DefaultPredict(Plain):
+    """Leaves its model in train mode after learning and predicts with the contract's default predict."""
+    name = "guard-default"
+    predict = clh.Method.predict
+
+
 class Memory:
     """A plain object holding tensors, as a replay buffer does."""
 
@@ -123,7 +129,8 @@ class Memory:
         self.x = x
 
 
-METHODS = (Plain, EntropyMin, EntropyMinAlways, TrainModeBN, WrongShape, IntLogits, InfLogits, Drawer)
+METHODS = (Plain, EntropyMin, EntropyMinAlways, TrainModeBN, WrongShape, IntLogits, InfLogits, Drawer,
+           DefaultPredict)
 
 
 @clh.hookimpl

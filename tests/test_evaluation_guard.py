@@ -81,6 +81,24 @@ def test_batchnorm_in_train_mode_during_predict_is_caught(harness):
                      record.message), record.message
 
 
+def test_the_default_predict_runs_the_model_in_eval_mode_and_puts_every_mode_back(harness):
+    record = run(harness, "guard-default")      # BatchNorm, model left in train mode by learn()
+    assert record.status == "passed", record.message
+    method = guard_methods.DefaultPredict(clh.Context(clh.Setting.CLASS_IL, 10, (1, 8, 8)))
+    method.model.train()
+    method.model.fc.eval()                      # a mixed state, restored module by module
+    batches = method.model.bn.num_batches_tracked.item()
+    method.predict(torch.randn(4, 1, 8, 8))
+    assert method.model.bn.num_batches_tracked.item() == batches
+    assert [m.training for m in method.model.modules()] == [True, True, True, False]
+
+
+def test_task_incremental_evaluation_is_guarded_too(harness):
+    record = run(harness, "guard-entropy", setting="task-incremental")   # scored through accuracy(), per task
+    assert record.status == "failed" and record.failed_task == 0
+    assert f"predict() changed model.hidden.weight: {RULE}" in record.message
+
+
 def test_continual_evaluation_is_guarded_too(harness):
     record = run(harness, "guard-entropy", eval_every=5)   # scored inside task 0, before its end
     assert record.status == "failed" and record.failed_task == 0 and RULE in record.message
