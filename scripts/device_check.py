@@ -82,6 +82,7 @@ class Check:
     device: str
     quick: bool
     out: Path
+    limit: float = 0.0   # the running step's time limit (seconds); its subprocesses share it
 
     @property
     def store(self) -> Path:
@@ -356,7 +357,7 @@ def step_ray_packing(check: Check) -> dict:
     common = ["run", "--suite", "quickstart", "--quick", "--seeds", "4", "--method", "finetune", "--device", check.device,
               "--fresh"]
     launcher = "import sys; from clharness.cli import main; sys.exit(main(sys.argv[1:]))"
-    limit = (QUICK_LIMIT if check.quick else LIMITS["ray_packing"]) / 2
+    limit = check.limit / 2   # each side half of the step's limit
 
     def timed(*extra):
         t = time.perf_counter()
@@ -404,6 +405,7 @@ def _alarm(seconds: float):
 def in_process(check: Check, name: str, limit: float) -> dict:
     t = time.perf_counter()
     entry = {"step": name, "limit_s": limit}
+    check = dataclasses.replace(check, limit=limit)
     try:
         with _alarm(limit):
             entry["result"] = run_step(check, name)

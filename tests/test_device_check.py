@@ -96,7 +96,8 @@ def test_ray_packing_quick(tmp_path):
     if importlib.util.find_spec("ray") is None:
         pytest.skip("ray is not installed")
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--device", "cpu", "--quick",
-                           "--only", "ray_packing"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+                           "--only", "ray_packing", "--step-limit", "400"], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)
     (entry,) = json.loads((tmp_path / "device_check.json").read_text())["steps"]
     assert entry["status"] == "ok", entry
     assert entry["result"]["runs"] == 4 and entry["result"]["ratio_serial_over_ray"] > 0
