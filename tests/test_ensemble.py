@@ -346,7 +346,7 @@ def test_prepare_draws_in_the_members_own_global_streams():
 
 
 class _BNNet(torch.nn.Module):
-    """A layer the hand-batched forward does not know (BatchNorm): the vmap path."""
+    """A layer the hand-batched forward does not know (BatchNorm): each member runs its own forward."""
     out_dim = 5
 
     def __init__(self):

@@ -109,7 +109,7 @@ def test_members_with_their_own_lr_equal_their_solo_runs():
 
 
 def test_members_with_their_own_ewc_lambda_equal_their_solo_runs():
-    """EWC's loss reads its member's own lambda (a stacked 0-d tensor inside vmap), not member 0's."""
+    """EWC's loss reads its member's own lambda (its own hyperparameters, as a Python float), not member 0's."""
     from clharness.engine.runner import Case, resolve_hparams
     harness, suite, spec = _quickstart()
     cls = harness.methods["ewc"]

@@ -1,7 +1,7 @@
 """Ensembles (issue 32): cases that differ only in their seed (or float hyperparameters) train together,
 each member computing exactly what its solo run computes. This module schedules them; the members' threads
-are ``engine.ensemble_members``, one task's training ``engine.ensemble_step``, the opt-in policy
-``engine.ensemble_policy``.
+are ``engine.ensemble_members``, one task's training ``engine.ensemble_step``, the two driven together
+``engine.ensemble_run``, the opt-in policy ``engine.ensemble_policy``.
 
 ``--clh-ensemble`` (``clharness.run(..., ensemble=True)`` or ``"seeds"``): the plain cases of one scenario,
 method and hyperparameters, seeds s_1..s_E, run as E members of one ensemble. ``--clh-ensemble=hparams``
@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import functools
 
-from .ensemble_members import run_ensemble   # the members: threads taking turns, paused at their fit
+from .ensemble_run import run_ensemble   # the members' cases in threads taking turns, trained together
 from .ensemble_policy import why_solo   # the opt-in policy (why_solo: its public entry)
 
 
