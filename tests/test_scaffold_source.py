@@ -137,11 +137,13 @@ def _deps_without_clharness(where: Path) -> Path:
     this folder (a .pth) imports torch & co. without a download or a 5 GB copy, and has no clharness
     until pip installs it from the local path (an addsitedir of the whole site-packages would bring
     this venv's editable clharness along, and the test would prove nothing)."""
-    here = Path(sysconfig.get_paths()["purelib"])
     where.mkdir()
-    for entry in here.iterdir():
-        if "clharness" not in entry.name.lower():
-            (where / entry.name).symlink_to(entry)
+    sites = [Path(sysconfig.get_paths()["purelib"])] + [Path(p) for p in sys.path   # a venv over system packages
+                                                         if p.endswith(("site-packages", "dist-packages"))]
+    for site in dict.fromkeys(s for s in sites if s.is_dir()):
+        for entry in site.iterdir():   # the first site holding a name wins, as on sys.path
+            if "clharness" not in entry.name.lower() and not (where / entry.name).is_symlink():
+                (where / entry.name).symlink_to(entry)
     return where
 
 
