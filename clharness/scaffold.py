@@ -325,18 +325,13 @@ def source_from(records: list[dict], checkout: Path | None = None, version: str 
             pin = f"#sha256={hashes['sha256']}" if "sha256" in hashes and "#" not in url else ""
             return Source(f"clharness @ {url}{pin}", f"pip installed clharness from the archive {url} "
                           "(its direct_url.json)")
-    raise ScaffoldError(_NO_SOURCE.format(what=f"pip recorded no source of clharness {version or ''} (no PEP 610 "
-                                               "direct_url.json: an index or wheel-file install)".replace("  ", " ")))
+    raise ScaffoldError(_NO_SOURCE.format(what=f"pip recorded no source of clharness{f' {version}' if version else ''} "
+                                               "(no PEP 610 direct_url.json: an index or wheel-file install)"))
 
 
 _NO_SOURCE = ("clharness init: cannot tell where this clharness came from: {what}. clharness is not on PyPI, "
               "so give the source with --clharness: a checkout's path, a git URL pinned to a commit "
               "(git+https://github.com/clharness/clharness@COMMIT) or a requirement")
-
-
-def default_requirement() -> str:
-    """The requirement of :func:`installed_source`."""
-    return installed_source().requirement
 
 
 def chosen_source(spec: str | None = None) -> Source:
