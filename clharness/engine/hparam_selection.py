@@ -30,7 +30,7 @@ parameters only where active; or ``configurations = R`` random draws (``hparams.
 scenario, method and k, never global state), needed when the space has ranges rather than sets.
 
 Selection runs are ordinary records in the results store, keyed by content hash like GTEP's tuning
-runs (``runner.Case``, minus the suite, like ``gtep.tune_case.TuneCase``, plus the number of tasks
+runs (``runner.Case``, minus the suite, like ``engine.shared_case.SharedCase``, plus the number of tasks
 and "scored on validation"): a rerun reuses every stored one (resume after kill), the same scenario in
 two suites shares them, and under pytest-xdist the full-run item waits for them
 (``Session.wait_for``) wherever they run; of several selected items holding one key only the first
@@ -130,7 +130,7 @@ def candidates(space: Mapping[str, Param], configurations: int, seed_text: str) 
 class SelectionCase(Case):
     """One selection run: the scenario cut to its first ``first_tasks`` tasks, scored on their
     validation splits. Its key leaves out the suite (the same scenario in two suites shares it, as
-    GTEP's TuneCase does) and names the cut, so it never collides with a full run."""
+    SharedCase does for GTEP's tuning runs) and names the cut, so it never collides with a full run."""
     first_tasks: int = 3
     KEY_OMITS = ("suite",)
 
