@@ -189,3 +189,22 @@ def test_the_pytest_entry_point_is_thin():
     assert defined and all(name.startswith("pytest_") for name in defined), defined
     assert len(path.read_text().splitlines()) < 80
     assert 'clharness = "clharness.pytest_plugin"' in (PKG.parent / "pyproject.toml").read_text()
+
+
+def test_the_engine_session_is_the_family_session_the_contract_writes_down(tmp_path):
+    """Every member of kinds.FamilySession (what a collecting family may use) exists on the engine's
+    Session, and every method takes the parameters the contract names, in its order."""
+    import inspect
+
+    from clharness.engine.session import Options, Session
+    from clharness.kinds import FamilySession
+    session = Session(Options(results=str(tmp_path / "r.sqlite")))
+    members = {n for n in vars(FamilySession) if not n.startswith("_")} | set(FamilySession.__annotations__)
+    assert {"case", "case_unit", "run_stored", "wait_for", "harness", "options"} <= members
+    for name in sorted(members):
+        missing = object()
+        assert inspect.getattr_static(session, name, missing) is not missing, f"Session lacks FamilySession.{name}"
+        wanted = vars(FamilySession).get(name)
+        if inspect.isfunction(wanted):
+            params = lambda f: [p for p in inspect.signature(f).parameters if p != "self"]
+            assert params(getattr(Session, name)) == params(wanted), name
