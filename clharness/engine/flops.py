@@ -100,7 +100,9 @@ def _cpu_attention_backward(grad_out, query, key, value, *args, out_val=None, **
 FORMULAS = {**flop_registry,
             _aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention,
             _aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_attention_backward}
-_DECOMPOSES: dict = {}       # OpOverload -> whether it has a CompositeImplicitAutograd decomposition
+_PLANS: dict = {}            # OpOverload -> its formula, _DECOMPOSE or _PLAIN (looked up once per op)
+_PLAIN, _DECOMPOSE = object(), object()
+_COUNTS: dict = {}           # (op, argument shapes and values) -> its FLOPs
 
 
 class _CountingMode(TorchDispatchMode):
@@ -114,26 +116,50 @@ class _CountingMode(TorchDispatchMode):
         self.total = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        plan = _PLANS.get(func) or _plan(func)
         kwargs = kwargs or {}
-        formula = FORMULAS.get(func._overloadpacket)
-        if formula is None and _decomposes(func):
+        if plan is _PLAIN:   # most ops: no formula, nothing to decompose
+            return func(*args, **kwargs)
+        if plan is _DECOMPOSE:
             with self:
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
+            return func(*args, **kwargs)
         out = func(*args, **kwargs)
-        if formula is not None:
-            self.total += int(formula(*args, **kwargs, out_val=out))
+        # a formula reads shapes and flags only (and the output's shape, a function of them): counted once per key
+        key = (func, *map(_shape_of, args), *((k, _shape_of(v)) for k, v in kwargs.items()))
+        try:
+            flops = _COUNTS.get(key)
+        except TypeError:   # an argument that cannot be a key: count this call as it is
+            flops = key = None
+        if flops is None:
+            flops = int(plan(*args, **kwargs, out_val=out))
+            if key is not None:
+                _COUNTS[key] = flops
+        self.total += flops
         return out
 
 
-def _decomposes(func) -> bool:
-    known = _DECOMPOSES.get(func)
-    if known is None:
+def _shape_of(value):
+    if isinstance(value, torch.Tensor):
+        return value.shape
+    if isinstance(value, (list, tuple)):
+        return tuple(map(_shape_of, value))
+    return value
+
+
+def _plan(func):
+    """What the mode does with ``func``: count it by its formula, count its decomposition (an op without a
+    formula that has a CompositeImplicitAutograd kernel, as FlopCounterMode does), or just run it."""
+    formula = FORMULAS.get(func._overloadpacket)
+    if formula is None:
         key = torch._C.DispatchKey.CompositeImplicitAutograd
-        known = _DECOMPOSES[func] = (key in getattr(func, "py_kernels", {})
-                                     or torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key))
-    return known
+        decomposes = (key in getattr(func, "py_kernels", {})
+                      or torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key))
+        formula = _DECOMPOSE if decomposes else _PLAIN
+    _PLANS[func] = formula
+    return formula
 
 
 class RunMeter:
