@@ -17,8 +17,20 @@ threads on a busy 2-core CPU make every small op wait for a descheduled thread (
 with 5x the ops, suffer that 5x as often, so the 2-thread ratio measures the load as much as the method.
 
 The ``equal`` column: whether every member's accuracy matrix is its solo run's within 1e-4, and the largest
-difference; the line after each backbone gives the solo run against itself, at 1 and at 2 threads (the floor
-a member can be held to: another thread count sums in another order, as the batched step does).
+difference (since issue 38 item 3 it must be 0: the tests hold members to their solo runs bit for bit); the
+line after each backbone gives the solo run against itself, at 1 and at 2 threads.
+
+Measured after issue 38 item 3 (vmap removed: the MLP's step hand-batched with one baddbmm per Linear on a CPU
+at one thread, the cnn's members each running their own forward; a shared 2-core AMD EPYC CPU at load average
+15-17 from other sessions, so the times say little; finetune, E = 3, one repeat):
+
+    backbone threads     solo  ensemble  ratio   train solo train ens  ratio   cpu solo cpu ens  ratio  equal
+    mlp            1    10.23      4.42   2.31         9.03      3.73   2.42       1.58    0.71   2.23  yes (0)
+    mlp            2   138.67      8.85  15.67       130.58      7.48  17.47      29.91    1.40  21.32  yes (0)
+    cnn            1    50.20     45.00   1.12        44.95     39.19   1.15       7.66    5.91   1.30  yes (0)
+
+Before it, the same command gave ``cnn 1 ... no (0.00917)`` (load 1.3-2.8): vmap's batched convolution and
+BatchNorm sum in another order than the solo kernels, and the members drifted.
 
 Measured (issue 32 round 3, per-member trainers; a shared 2-core AMD EPYC CPU, no GPU, torch 2.14 CPU build,
 finetune, E = 5, median of 3 interleaved repeats, wall seconds; two runs: load average 1.4 rising to 4.0
@@ -46,8 +58,10 @@ exactly that much between 1 and 2 threads (the intra-op reductions sum in anothe
 chaos, measured, above; an audit measured up to ~0.056 on another occasion); the MLP members and every
 1-thread member equal their solo runs exactly (max |diff| 0). Earlier figures (before per-member trainers,
 load 2-3): 0.95 / 0.53 (MLP, 1 / 2 threads), 0.82 / 0.53 (cnn); --hidden 32: 1.63 (training alone 1.97).
-The cnn's batched path is vmap over convolutions and BatchNorm, slower per FLOP than the solo kernels. A GPU,
-where a small model's step is kernel-launch bound, is where the ensemble should pay; this machine has none.
+(Those figures are from before issue 38 item 3, when the cnn's batched path was vmap over convolutions and
+BatchNorm, slower per FLOP than the solo kernels and not equal to them; the cnn's members now run their own
+forward, at solo cost.) A GPU, where a small model's step is kernel-launch bound, is where a batched step would
+pay; this machine has none, and on a GPU every step now runs each member's own forward (none is shown exact there).
 
 The GTEP tuning phase (``--gtep``): every tuning run of suites/gtep-digits.toml (6 methods x R = 6
 configurations x S = 2 trials = 72 runs; its two scenarios share one tuning phase), its units run as a
