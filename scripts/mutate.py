@@ -984,6 +984,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("pareto-front-keeps-a-dominated-point", "clharness/reporting/budget.py",
              "return self.placed and not self.dominated_by", "return self.placed",
              ("tests/test_flops_reporting.py::test_the_pareto_front_excludes_a_dominated_point",)),
+    Mutation("cached-features-not-charged-to-the-run", "clharness/toolkit/feature_cache.py",
+             "            meter.add(per_image * len(unpaid))", "            pass",
+             ("tests/test_flops.py::test_features_another_run_cached_are_charged_as_if_this_run_computed_them",)),
     # issue 38 items 4-6 and the pretrained-file decision: evaluation never trains, the contract before training,
     # validation before training, timm's cached file in the key
     Mutation("guard-ignores-buffers", "clharness/state_guard.py",

@@ -197,3 +197,23 @@ def test_cpu_and_cuda_count_the_same_flops():
     on_cpu, on_cuda = _cases("cpu"), _cases("cuda")   # a conv net and fused attention too
     for name in on_cpu:
         assert _meter_count(on_cpu[name]) == _meter_count(on_cuda[name]), name
+
+
+def test_features_another_run_cached_are_charged_as_if_this_run_computed_them():
+    """The shared feature cache (toolkit.feature_cache) serves a frozen backbone's features across runs of
+    one process; a run's FLOPs must not depend on what ran before it (serial vs -n vs Ray)."""
+    from pathlib import Path
+    from clharness.engine.suites import load_suite
+    from clharness.toolkit import feature_cache
+    spec = load_suite(Path(__file__).parent.parent / "suites" / "ptm-mini.toml").scenarios[0]
+    harness = clh.Harness()
+    feature_cache.clear_shared()
+    alone = run_case(Case("ptm", spec, "simplecil", 0), harness, torch.device("cpu"))
+    table = feature_cache.shared_tables()[-1]
+    computed = table.images
+    again = run_case(Case("ptm", spec, "simplecil", 0), harness, torch.device("cpu"))
+    assert alone.status == again.status == "passed"
+    assert table.images == computed > 0          # the second run computed no feature: all from the cache
+    assert alone.train_gflops > 0 and alone.eval_gflops > 0
+    assert (again.train_gflops, again.eval_gflops) == (alone.train_gflops, alone.eval_gflops)
+    feature_cache.clear_shared()

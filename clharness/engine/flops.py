@@ -27,6 +27,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
+from ..toolkit.feature_cache import counted_run
+
 
 def count_flops(fn: Callable[[], object]) -> int:
     """FLOPs of the aten ops that ``fn()`` runs, forward and (if it calls backward) backward. Inside a
@@ -168,11 +170,16 @@ class RunMeter:
 
     def __init__(self) -> None:
         self._mode = _CountingMode()
+        self._cache_run = None
+        self.incomplete = ""      # why the count misses work (toolkit.feature_cache), else ""
         self._eval = 0
         self._depth = 0           # nesting of evaluating() (an accuracy inside an evaluation)
         self._mark = 0
 
     def __enter__(self) -> "RunMeter":
+        if not _stack():   # the run's own meter (not a measurement inside it): cached features are charged to it
+            self._cache_run = counted_run(self)
+            self._cache_run.__enter__()
         self._mode.__enter__()
         _stack().append(self)
         return self
@@ -180,6 +187,12 @@ class RunMeter:
     def __exit__(self, *exc) -> None:
         _stack().remove(self)
         self._mode.__exit__(*exc)
+        if self._cache_run is not None:
+            self._cache_run.__exit__(*exc)
+
+    def add(self, flops: int) -> None:
+        """Work done for this run outside its view (features another run computed), as it would have counted."""
+        self._mode.total += int(flops)
 
     @property
     def total_flops(self) -> int:

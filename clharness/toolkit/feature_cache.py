@@ -17,10 +17,16 @@ backbone's module structure and the exact bytes of its weights. So several metho
 pretrained ViT run it once per image, and re-running a finished frozen-backbone method (another
 seed of a suite, a CLDyB look-ahead, a stored run redone) does no backbone forward pass at all.
 A randomly initialised backbone has other weights per seed, hence its own entry.
+
+FLOPs (engine/flops.py): a run's count must not depend on what ran before it in the process, so inside a
+counted run (``counted_run``) a lookup served by rows this run did not compute is charged to the run as the
+backbone passes it would have made alone: the FLOPs per image measured when the table computed those rows.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import threading
 from collections import OrderedDict
 
 import torch
@@ -39,6 +45,7 @@ class FeatureTable:
         self.table: torch.Tensor | None = None
         self.size = 0
         self.calls = self.images = 0
+        self.flops_per_image: dict[tuple, int] = {}   # input shape -> backbone FLOPs of one image
 
     def append(self, keys: list[int], feats: torch.Tensor) -> None:
         need = self.size + len(keys)
@@ -52,6 +59,22 @@ class FeatureTable:
         for j, k in enumerate(keys):
             self.rows[k] = self.size + j
         self.size = need
+
+
+_run = threading.local()   # the counted run of this thread (engine.flops.RunMeter): meter and paid rows
+
+
+@contextlib.contextmanager
+def counted_run(meter):
+    """While ``meter`` counts a run in this thread (it has ``total_flops`` and ``add(flops)``): features served
+    from rows the run did not compute itself are charged to it once per image, as if it ran alone. Where the
+    FLOPs per image of those rows are unknown (computed outside any counted run), ``meter.incomplete`` says so."""
+    previous = getattr(_run, "state", None)
+    _run.state = (meter, set())
+    try:
+        yield
+    finally:
+        _run.state = previous
 
 
 _POOL: "OrderedDict[str, tuple[nn.Module, FeatureTable]]" = OrderedDict()
@@ -155,11 +178,36 @@ class FrozenFeatures(nn.Module):
             self.calls += 1
             cache.calls += 1
             cache.images += len(first)
+            run = getattr(_run, "state", None)
+            before = run[0].total_flops if run else 0
             with torch.autocast("cuda", dtype=torch.float16, enabled=self.amp and x.is_cuda):
                 feats = self.backbone(x.index_select(0, idx)).float()
+            if run:   # a pass's FLOPs are linear in the batch (per-image matmuls and convolutions)
+                spent, n = run[0].total_flops - before, len(first)
+                if spent % n == 0:
+                    cache.flops_per_image[tuple(x.shape[1:])] = spent // n
+                run[1].update((id(cache), k) for k in first)
             cache.append(list(first), feats.to(self.store) if self.store is not None else feats)
+        self._charge(keys, tuple(x.shape[1:]))
         rows = torch.tensor([cache.rows[k] for k in keys], device=cache.table.device)
         return cache.table.index_select(0, rows).to(x.device)
+
+    def _charge(self, keys: list[int], shape: tuple) -> None:
+        """Charge the counted run for the images of ``keys`` it has not paid for (computed by another run)."""
+        run = getattr(_run, "state", None)
+        if run is None:
+            return
+        meter, paid = run
+        unpaid = {(id(self.features), k) for k in keys} - paid
+        if not unpaid:
+            return
+        per_image = self.features.flops_per_image.get(shape)
+        if per_image is None:
+            meter.incomplete = ("FLOPs not counted: cached features of a frozen backbone computed outside a counted "
+                                "run served this one")
+        else:
+            meter.add(per_image * len(unpaid))
+        paid.update(unpaid)
 
     @property
     def size(self) -> int:
