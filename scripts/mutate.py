@@ -1033,6 +1033,25 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("xdist-workers-share-one-gpu", "clharness/engine/placement.py",
              "gpus[index % len(gpus)]", "gpus[0]",
              ("tests/test_worker_placement.py::test_each_worker_takes_one_of_the_visible_gpus_in_turn_and_cpu_runs_leave_them_alone",)),
+    # issue 40: real-size data stays uint8 until a batch is drawn; the faster data path is exact
+    Mutation("channel-stats-float-copy", "clharness/data/base.py",
+             "self._channel_stats = cached = (self.images, pixel_stats(self.images))",
+             "self._channel_stats = cached = (self.images, ((x := self.images.float().div_(255).transpose(0, 1)"
+             ".reshape(self.images.shape[1], -1)).mean(1).tolist(), x.std(1).clamp_min(1e-3).tolist()))",
+             ("tests/test_data_real_size.py::test_channel_stats_make_no_float_copy_and_are_kept",)),
+    Mutation("channel-stats-not-kept", "clharness/data/base.py",
+             "if cached is None or cached[0] is not self.images:", "if True:",
+             ("tests/test_data_real_size.py::test_channel_stats_make_no_float_copy_and_are_kept",)),
+    Mutation("large-splits-cached-as-float", "clharness/data/base.py",
+             "PREPARED_CACHE_BYTES = 2 * 2**20", "PREPARED_CACHE_BYTES = 16 * 2**20",
+             ("tests/test_data_real_size.py::test_split_tasks_stay_uint8",
+              "tests/test_data_real_size.py::test_a_split_run_never_holds_a_split_as_float")),
+    Mutation("idx-gzip-read-whole-then-copied", "clharness/data/torchvision_sources.py",
+             "chunk = f.read(min(2 ** 18, len(data) - got))", "chunk = f.read(len(data) - got)",
+             ("tests/test_data_real_size.py::test_read_idx_holds_the_data_once",)),
+    Mutation("normalisation-not-fused", "clharness/data/base.py",
+             "return torch.addcmul(shift, x, scale)", "return x * scale + shift",
+             ("tests/test_data_real_size.py::test_normalisation_is_addcmul_bit_for_bit",)),
 )
 
 
