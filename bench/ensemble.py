@@ -28,6 +28,8 @@ at one thread, the cnn's members each running their own forward; a shared 2-core
     mlp            1    10.23      4.42   2.31         9.03      3.73   2.42       1.58    0.71   2.23  yes (0)
     mlp            2   138.67      8.85  15.67       130.58      7.48  17.47      29.91    1.40  21.32  yes (0)
     cnn            1    50.20     45.00   1.12        44.95     39.19   1.15       7.66    5.91   1.30  yes (0)
+    (--backbones cnn --threads 2 --seeds 2 --epochs 1, load 13.6 -> 11.8:)
+    cnn            2    93.06      1.53  60.93        75.29      1.09  68.79      25.70    1.50  17.08  yes (0)
 
 Before it, the same command gave ``cnn 1 ... no (0.00917)`` (load 1.3-2.8): vmap's batched convolution and
 BatchNorm sum in another order than the solo kernels, and the members drifted.
