@@ -42,6 +42,11 @@ def _green(suite, tmp_path, quick):
               if u.outcome == "failed" and not (quick and u.role == "gate")]
     assert not failed, f"{suite}: {len(failed)} unit(s) failed: {failed[:5]}"
     assert records and all(r.status in ("passed", "diverged", "not-applicable") for r in records)
+    # FLOPs in every record of a method's run (issue 41); a protocol step (CLDyB's search) is no method's run
+    from clharness.kinds import pseudo_methods
+    uncounted = [r.case_id for r in records if r.status == "passed" and r.method not in pseudo_methods()
+                 and not (r.train_gflops and r.train_gflops > 0 and r.eval_gflops and r.eval_gflops > 0)]
+    assert not uncounted, f"{suite}: records without training or evaluation FLOPs: {uncounted[:5]}"
 
 
 @pytest.mark.parametrize("suite", OFFLINE)
