@@ -63,7 +63,7 @@ def _add_report(sub) -> None:
                      help="text format on stdout (default: md, a Markdown pipe table with alignment colons; github: GitHub's flavour without them)")
     rep.add_argument("--columns", action="append", default=[], metavar="COL[,COL...]",
                      help="metric columns (repeatable or comma-separated; default: "
-                          "final_acc,avg_inc_acc,forgetting,bwt, the kinds' own metrics, train_seconds,memory_mb)")
+                          "final_acc,avg_inc_acc,forgetting,bwt, the kinds' own metrics, train_seconds,train_gflops,eval_gflops,memory_mb)")
     rep.add_argument("--suite", action="append", default=[], metavar="NAME", help="only this suite (repeatable)")
     rep.add_argument("--scenario", action="append", default=[], metavar="NAME", help="only this scenario (repeatable)")
     rep.add_argument("--method", action="append", default=[], metavar="NAME", help="only this method (repeatable)")
