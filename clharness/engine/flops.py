@@ -9,9 +9,13 @@ A run is counted whole (``RunMeter``, entered by the runner around the method's 
 scenario's protocol): everything the method computes -- its own loops in ``learn``/``observe``, replay
 batches, a teacher's or an old model's forward, ``consolidate`` -- is training, except what runs inside
 ``evaluating()`` (the runner's accuracy code: predictions on test data, continual-evaluation points,
-STF's retention), which is evaluation. Counting every op is exact whatever a method's loop does; its
-cost on the quickstart is measured by ``bench/flops_overhead.py``. ``StepLedger`` (each distinct step
-shape counted once, then multiplied) serves callers that know their steps' shapes.
+STF's retention), which is evaluation. Counting every op is exact whatever a method's loop does (no
+key short of the ops themselves determines a step's count: a replay batch grows, a teacher appears after
+task 0); each (op, argument shapes) count is computed once and reused, so the cost is that of a dispatch
+mode: 1.45x wall on the quickstart's tiny MLP steps, less as ops grow (``bench/flops_overhead.py``).
+``StepLedger`` (each distinct step shape counted once, then multiplied) serves callers that know their
+steps' shapes. Features a frozen backbone's shared cache serves from another run are charged to the run
+as if it had computed them (``toolkit.feature_cache.counted_run``), so no count depends on run order.
 
 The mode is thread-local: work another thread does is not seen (seed ensembles train their members
 in the coordinator's thread, so their records say training FLOPs were not counted: ``NOT_COUNTED``).
