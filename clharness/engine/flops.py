@@ -107,7 +107,7 @@ FORMULAS = {**flop_registry,
             _aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention,
             _aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_attention_backward}
 _PLANS: dict = {}            # OpOverload -> its formula, _DECOMPOSE or _PLAIN (looked up once per op)
-_PLAIN, _DECOMPOSE = object(), object()
+_PLAIN, _DECOMPOSE, _UNHANDLED = object(), object(), object()
 _COUNTS: dict = {}           # (op, argument shapes and values) -> its FLOPs
 
 
@@ -126,6 +126,8 @@ class _CountingMode(TorchDispatchMode):
         kwargs = kwargs or {}
         if plan is _PLAIN:   # most ops: no formula, nothing to decompose
             return func(*args, **kwargs)
+        if plan is _UNHANDLED:
+            return NotImplemented
         if plan is _DECOMPOSE:
             with self:
                 out = func.decompose(*args, **kwargs)
@@ -158,6 +160,8 @@ def _shape_of(value):
 def _plan(func):
     """What the mode does with ``func``: count it by its formula, count its decomposition (an op without a
     formula that has a CompositeImplicitAutograd kernel, as FlopCounterMode does), or just run it."""
+    if not isinstance(func, torch._ops.OpOverload):   # a higher-order operator: as FlopCounterMode, not handled
+        return _UNHANDLED
     formula = FORMULAS.get(func._overloadpacket)
     if formula is None:
         key = torch._C.DispatchKey.CompositeImplicitAutograd
