@@ -11,7 +11,7 @@ Prints per pair the two walls and their ratio (counted / uncounted), then the me
 Measured on a 2-core CPU shared with other jobs (load average 14-16), ``--threads 1``, full budget, 3 pairs:
 torch's ``FlopCounterMode`` as is (per-module bookkeeping): 3.2x (quick budget); the lean mode: 1.99x; the lean
 mode with each (op, shapes) count cached: 1.45x (pairs 1.47, 1.45, 1.21; medians 10.6 s uncounted, 15.5 s
-counted). What is left is the cost of any Python dispatch mode on the quickstart's tiny steps (an MLP on
+counted); ``--quick --repeats 5`` at load 5.8: 1.43x (1.23 s -> 1.78 s). What is left is the cost of any Python dispatch mode on the quickstart's tiny steps (an MLP on
 32 digits a batch: a mode that only forwards each op costs the same in a micro-benchmark), so the ratio
 falls as the ops grow (convolutions, ViTs, GPUs); it is the price of an exact count of what any method's
 own loop computes.
@@ -33,6 +33,7 @@ from clharness.engine import flops
 class _Uncounted:
     """A meter that counts nothing: the runner's code path without FlopCounterMode."""
     train_flops = eval_flops = 0
+    incomplete = ""
 
     def __enter__(self):
         return self
