@@ -93,7 +93,7 @@ OPTIONS: tuple[Option, ...] = (
            "solo); =hparams: also cases that differ only in float hyperparameters (lr, a loss weight); =off: every "
            "case solo; default: a suite's [suite] ensemble key; with -n an ensemble is one xdist unit of work "
            "(--dist loadgroup), with --clh-ray one task", "seeds|hparams|off", "optional", const="seeds",
-           key="executor: only where members cannot equal their solo runs (engine.ensemble)"),
+           key="none: members equal their solo runs bit for bit (tests/test_ensemble.py)"),
     Option("preset", [], "a family's published configurations, e.g. gtep:cifar50-1-10tasks (GTEP: also run the "
            "paper's H* on D^E beside the tuned one); repeatable", "FAMILY:NAME", "append", api_name="presets",
            key="hparams and scenario: what the preset sets"),
