@@ -1052,6 +1052,12 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("normalisation-not-fused", "clharness/data/base.py",
              "return torch.addcmul(shift, x, scale)", "return x * scale + shift",
              ("tests/test_data_real_size.py::test_normalisation_is_addcmul_bit_for_bit",)),
+    Mutation("flops-pause-any-optimizer", "clharness/engine/flops.py",
+             'and type(optimizer).__module__.startswith("torch.optim.")', "",
+             ("tests/test_flops.py::test_the_meters_step_aside_for_a_built_in_optimizer_but_count_a_closure_and_a_custom_step",)),
+    Mutation("flops-pause-through-a-closure", "clharness/engine/flops.py",
+             "_stack() and not closure", "_stack()",
+             ("tests/test_flops.py::test_the_meters_step_aside_for_a_built_in_optimizer_but_count_a_closure_and_a_custom_step",)),
 )
 
 

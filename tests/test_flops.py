@@ -217,3 +217,53 @@ def test_features_another_run_cached_are_charged_as_if_this_run_computed_them():
     assert alone.train_gflops > 0 and alone.eval_gflops > 0
     assert (again.train_gflops, again.eval_gflops) == (alone.train_gflops, alone.eval_gflops)
     feature_cache.clear_shared()
+
+
+def test_the_meters_step_aside_for_a_built_in_optimizer_but_count_a_closure_and_a_custom_step():
+    """Built-in updates are elementwise (nothing to count) and skipped for speed; LBFGS's closure runs
+    forward and backward inside step(), and an optimizer defined elsewhere may multiply matrices:
+    both stay counted. 2*4*3 = 24 FLOPs a forward of Linear(3, 4) on one sample (no bias term counted)."""
+    import torch.utils._python_dispatch as pd
+
+    from clharness.engine.flops import RunMeter
+
+    lin = torch.nn.Linear(3, 4, bias=False)
+    x = torch.ones(1, 3)
+
+    class Projecting(torch.optim.SGD):          # a step that multiplies matrices
+        def step(self, closure=None):
+            with torch.no_grad():
+                lin.weight.copy_(lin.weight @ torch.eye(3))
+            return super().step(closure)
+
+    Projecting.__module__ = "my_plugin.optim"
+    with RunMeter() as meter:
+        torch.optim.Adam(lin.parameters()).step()
+    assert meter.total_flops == 0
+    with RunMeter() as meter:
+        Projecting(lin.parameters(), lr=0.1).step()
+    assert meter.total_flops == 2 * 4 * 3 * 3                # (4x3) @ (3x3)
+    opt = torch.optim.LBFGS(lin.parameters(), max_iter=1)
+
+    def closure():
+        opt.zero_grad()
+        loss = lin(x).sum()
+        loss.backward()
+        return loss
+
+    with RunMeter() as meter:
+        opt.step(closure)
+    assert meter.total_flops >= 24                           # the closure's forward at least
+
+    class Failing(torch.optim.SGD):
+        def step(self, closure=None):
+            raise RuntimeError("boom")
+
+    Failing.__module__ = "torch.optim.failing"               # paused like a built-in, then it raises
+    with pytest.raises(RuntimeError):
+        with RunMeter() as meter:
+            Failing(lin.parameters(), lr=0.1).step()
+    assert pd._get_current_dispatch_mode_stack() == []      # the meter left no mode behind
+    with RunMeter() as meter:
+        lin(x)
+    assert meter.total_flops == 24

@@ -12,7 +12,8 @@ batches, a teacher's or an old model's forward, ``consolidate`` -- is training, 
 STF's retention), which is evaluation. Counting every op is exact whatever a method's loop does (no
 key short of the ops themselves determines a step's count: a replay batch grows, a teacher appears after
 task 0); each (op, argument shapes) count is computed once and reused, so the cost is that of a dispatch
-mode: 1.45x wall on the quickstart's tiny MLP steps, less as ops grow (``bench/flops_overhead.py``).
+mode: 1.5-1.8x wall on the quickstart's tiny MLP steps, less as ops grow (``bench/flops_overhead.py``);
+built-in optimizers' updates (elementwise, nothing to count) run with the meters stepped aside.
 ``StepLedger`` (each distinct step shape counted once, then multiplied) serves callers that know their
 steps' shapes. Features a frozen backbone's shared cache serves from another run are charged to the run
 as if it had computed them (``toolkit.feature_cache.counted_run``), so no count depends on run order.
@@ -28,7 +29,9 @@ from collections import Counter
 from typing import Callable, Hashable, Iterator
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.utils._python_dispatch import (TorchDispatchMode, _disable_current_modes,
+                                         _get_current_dispatch_mode_stack)
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from ..toolkit.feature_cache import counted_run
@@ -121,6 +124,12 @@ class _CountingMode(TorchDispatchMode):
         super().__init__()
         self.total = 0
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch >= 2.8 wraps a mode's __torch_dispatch__ in a dynamo-disabling frame, a quarter of the
+        # counting cost on small steps; nothing here is compiled (as in torch < 2.8, which had no wrapper)
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         plan = _PLANS.get(func) or _plan(func)
         kwargs = kwargs or {}
@@ -147,6 +156,31 @@ class _CountingMode(TorchDispatchMode):
                 _COUNTS[key] = flops
         self.total += flops
         return out
+
+
+def _pause_for_optimizer_step(optimizer, args, kwargs) -> None:
+    """A built-in optimizer's update is elementwise (no formula counts it), yet it is a third to half of a
+    small step's ops (Adam: ~50 of ~110): the meters step aside while it runs instead of forwarding each
+    op. Not for an optimizer defined elsewhere (it may multiply matrices) nor for a closure (LBFGS runs
+    forward and backward inside ``step``); only when the meters' modes are all that is active."""
+    closure = [a for a in (*args[1:], *kwargs.values()) if a is not None]   # args[0] is the optimizer
+    if (getattr(_local, "paused", None) is None and _stack() and not closure
+            and type(optimizer).__module__.startswith("torch.optim.")
+            and all(isinstance(m, _CountingMode) for m in _get_current_dispatch_mode_stack())):
+        pause = _disable_current_modes()
+        pause.__enter__()
+        _local.paused = pause
+
+
+def _resume_counting(*_) -> None:
+    pause = getattr(_local, "paused", None)
+    if pause is not None:
+        _local.paused = None
+        pause.__exit__(None, None, None)
+
+
+register_optimizer_step_pre_hook(_pause_for_optimizer_step)
+register_optimizer_step_post_hook(_resume_counting)
 
 
 def _shape_of(value):
@@ -193,6 +227,7 @@ class RunMeter:
         return self
 
     def __exit__(self, *exc) -> None:
+        _resume_counting()           # an optimizer step that raised left the meters paused
         _stack().remove(self)
         self._mode.__exit__(*exc)
         if self._cache_run is not None:
