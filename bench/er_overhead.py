@@ -42,7 +42,8 @@ addcmul over uint8 (not vectorised: 0.58 ms a batch of 128; with contiguous floa
 same fused multiply-add bit for bit); both replaced (clharness/data/base.py). Left: ER's class-balanced
 placement row by row in Python after each task (~5%, exact RNG draws kept), the per-task uint8 copies of
 build_scenario (~1.5%), and, since issue 41, the run's FLOP meter (a Python dispatch mode on every op:
-CPU time of our er 3.92 -> 5.54 s with it, Avalanche 8.53 s; CPU ratio 2.18 without it, 1.54 with it).
+median CPU time of 2, load 1.3-2.7: our er 3.53 -> 4.50 s with it, Avalanche 8.62 s, ratio 2.44 without it
+and 1.92 with it; ewc 7.55 -> 9.43 s, Avalanche 11.70 s, ratio 1.55 / 1.24).
 ewc spends most of its extra time in its penalty, sum over finished tasks of F_t (theta - theta*_t)^2 and
 its backward (Avalanche computes the same terms), and the minibatch Fisher (the same work on both sides).
 Peak memory: the baseline of ``--rss`` is the interpreter after a tiny run of the same case (libtorch's
