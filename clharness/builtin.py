@@ -7,7 +7,7 @@ from pathlib import Path
 from .hookspecs import hookimpl
 
 
-# The built-in dataset sources by name, as module:class (clharness.data builds BUILTIN_SOURCES from it):
+# The built-in dataset sources by name, as module:class (clharness.data.BUILTIN_SOURCES holds the classes):
 # registered without importing them, so checking a suite's names never imports torchvision's datasets.
 BUILTIN_DATASETS = {
     "digits": "clharness.data.bundled:Digits",

@@ -50,6 +50,16 @@ def has_hookimpls(plugin: Any) -> bool:
                for name in dir(plugin))
 
 
+# The augmentation recipes of the last Harness built (every loaded plugin's); the toolkit reads them
+# (toolkit.augment.recipes), so the contract never imports the toolkit.
+_augmentations: Registry | None = None
+
+
+def active_augmentations() -> Registry | None:
+    """The recipes of the last Harness built, or None before any (the toolkit then uses its built-ins)."""
+    return _augmentations
+
+
 class Harness:
     """Everything registered: ``harness.methods``, ``.datasets``, ``.suites``, ``.backbones``."""
 
@@ -109,8 +119,8 @@ class Harness:
                     impl.function(registry=registry)
                 registries[attr] = registry
             self._registries = registries
-            from .toolkit import augment
-            augment.install(registries["augmentations"])   # suite files are checked against these
+            global _augmentations
+            _augmentations = registries["augmentations"]   # suite files are checked against these
             from . import kinds
             kinds.install(registries["kinds"])             # ... and their scenario kinds against these
         return self._registries

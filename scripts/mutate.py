@@ -1058,6 +1058,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("flops-pause-through-a-closure", "clharness/engine/flops.py",
              "_stack() and not closure", "_stack()",
              ("tests/test_flops.py::test_the_meters_step_aside_for_a_built_in_optimizer_but_count_a_closure_and_a_custom_step",)),
+    Mutation("contract-imports-the-toolkit", "clharness/plugins.py",
+             '_augmentations = registries["augmentations"]   # suite files are checked against these',
+             'from .toolkit import augment as _a; _augmentations = registries["augmentations"]',
+             ("tests/test_layers.py::test_every_module_imports_only_downward",)),
 )
 
 

@@ -19,7 +19,10 @@ import clharness
 
 PKG = Path(clharness.__file__).parent
 CONTRACT = {f"clharness.{m}" for m in ("method", "hookspecs", "registry", "plugins", "kinds", "scenario_spec",
-                                       "outcomes", "metrics", "hparams", "results", "builtin")} | {"clharness"}
+                                       "outcomes", "metrics", "hparams", "results")} | {"clharness"}
+# the harness's own plugin (built-in datasets, backbones, recipes, suites): above the toolkit and the data
+# layer it registers, loaded by name by plugins.Harness, imported by no module
+BUILTIN_PLUGIN = "clharness.builtin"
 # a family's import of the engine still to be handed through the contract, with why it is left
 FAMILY_ENGINE_LEFT = {
     ("clharness.benchmarks.stf.kind", "clharness.engine.runner"):
@@ -77,6 +80,8 @@ GRAPH = {m: imports(m) for m in MODULES}
 def layer(name: str) -> str:
     if name in FRONT_ENDS:
         return "front end"
+    if name == BUILTIN_PLUGIN:
+        return "built-in plugin"
     for sub in ("engine", "toolkit", "reporting", "benchmarks", "data"):
         if name == f"clharness.{sub}" or name.startswith(f"clharness.{sub}."):
             return sub
@@ -116,8 +121,13 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
                 bad.append(f"{m} (reporting) imports the engine: {t}")
             elif lm == "toolkit" and lt not in (None, "contract", "toolkit"):
                 bad.append(f"{m} (toolkit) imports {t} ({lt}): the toolkit depends on the contract only")
-            elif lm == "contract" and lt in ("engine", "reporting"):
+            elif lm == "contract" and lt in ("engine", "reporting", "toolkit", "built-in plugin"):
                 bad.append(f"{m} (contract) imports {t} ({lt})")
+            elif lm == "built-in plugin" and lt not in (None, "contract", "toolkit", "data"):
+                bad.append(f"{m} (the built-in plugin) imports {t} ({lt}): it registers the toolkit's and the data "
+                           "layer's pieces only")
+            elif lt == "built-in plugin":
+                bad.append(f"{m} imports {t}: the built-in plugin is loaded by name (plugins.BUILTIN), never imported")
             elif lm == "benchmarks" and lt in ("engine", "front end") and (m, t) not in FAMILY_ENGINE_LEFT:
                 bad.append(f"{m} (a family) imports {t} ({lt}): families reach the engine through the contract "
                            "(clharness.kinds.FamilySession, the session handed to collect and to its units)")
@@ -209,3 +219,17 @@ def test_the_engine_session_is_the_family_session_the_contract_writes_down(tmp_p
         if inspect.isfunction(wanted):
             params = lambda f: [p for p in inspect.signature(f).parameters if p != "self"]
             assert params(getattr(Session, name)) == params(wanted), name
+
+
+def test_the_built_in_plugin_registers_exactly_the_data_layers_sources():
+    """The data layer's table (classes) and the built-in plugin's (module paths, registered lazily) name
+    the same sources, each the same class: the plugin sits above the data layer, so neither imports
+    the other's table."""
+    import importlib
+
+    from clharness.builtin import BUILTIN_DATASETS
+    from clharness.data import BUILTIN_SOURCES
+
+    resolved = {name: getattr(importlib.import_module(where.partition(":")[0]), where.partition(":")[2])
+                for name, where in BUILTIN_DATASETS.items()}
+    assert resolved == BUILTIN_SOURCES

@@ -4,7 +4,6 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from ..builtin import BUILTIN_DATASETS
 from .base import ArrayDataset, DatasetMissing, DatasetSource, FileDataset, StreamData, TensorData
 from .bundled import Digits
 from .domains import CORe50, DomainNet
@@ -12,9 +11,14 @@ from .imagefolder import CUB200, ImageFolder, ImageNetR, TinyImageNet
 from .synthetic import Synthetic
 from .torchvision_sources import CIFAR10, CIFAR100, EMNIST, KMNIST, MNIST, SVHN, FashionMNIST, Omniglot
 
-# name -> source class (clharness.builtin registers the same table lazily)
-BUILTIN_SOURCES: dict[str, type[DatasetSource]] = {name: globals()[where.rpartition(":")[2]]
-                                                   for name, where in BUILTIN_DATASETS.items()}
+# name -> source class. clharness.builtin (the harness's plugin, above this layer) registers the same
+# names lazily, by module path, so naming a dataset never imports torchvision; tests/test_layers.py
+# checks that the two tables agree.
+BUILTIN_SOURCES: dict[str, type[DatasetSource]] = {
+    "digits": Digits, "mnist": MNIST, "fashion-mnist": FashionMNIST, "kmnist": KMNIST, "emnist": EMNIST,
+    "cifar10": CIFAR10, "cifar100": CIFAR100, "svhn": SVHN, "omniglot": Omniglot, "imagefolder": ImageFolder,
+    "tinyimagenet": TinyImageNet, "imagenet-r": ImageNetR, "cub200": CUB200, "synthetic": Synthetic,
+    "core50": CORe50, "domainnet": DomainNet}
 
 
 @functools.lru_cache(maxsize=16)

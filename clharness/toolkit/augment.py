@@ -420,25 +420,24 @@ BUILTIN_RECIPES: dict[str, Recipe] = {r.name: r for r in
                                       (NoAugmentation(), CifarAugmentation(), ImageNetAugmentation(), ViTAugmentation(),
                                        StrongAugmentation())}
 
-# The recipes known to this process: the built-ins until a Harness builds its registries (then
-# those of every plugin it loaded), so suite files are checked against what plugins added.
-_active: Registry | None = None
-
-
-def install(registry: Registry) -> None:
-    global _active
-    _active = registry
+_builtin: Registry | None = None
 
 
 def recipes() -> Registry:
-    global _active
-    if _active is None:
+    """The recipes known to this process: those of the last Harness built (every plugin it loaded, so
+    suite files are checked against what plugins added), else the built-ins."""
+    global _builtin
+    from ..plugins import active_augmentations
+    installed = active_augmentations()
+    if installed is not None:
+        return installed
+    if _builtin is None:
         registry = Registry("augmentation recipe")
         registry.source = "clharness.builtin"
         for name, recipe in BUILTIN_RECIPES.items():
             registry.add(name, recipe)
-        _active = registry
-    return _active
+        _builtin = registry
+    return _builtin
 
 
 def get(name: str) -> Recipe | None:
