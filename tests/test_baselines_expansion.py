@@ -33,8 +33,8 @@ def learn_tasks(name, digits, seed=0, n=None, epochs=EPOCHS, **hp):
         yield method, tasks, tests
 
 
-def final_accuracy(name, digits, seed):
-    method, tasks, tests = list(learn_tasks(name, digits, seed))[-1]
+def final_accuracy(name, digits, seed, **hp):
+    method, tasks, tests = list(learn_tasks(name, digits, seed, **hp))[-1]
     return accuracy(method, tasks, tests)
 
 
@@ -43,8 +43,8 @@ def finetune_acc(digits):
     return [final_accuracy("finetune", digits, s) for s in SEEDS]
 
 
-def assert_beats_finetune(name, digits, finetune_acc, margin=0.3):
-    acc = [final_accuracy(name, digits, s) for s in SEEDS]
+def assert_beats_finetune(name, digits, finetune_acc, margin=0.3, **hp):
+    acc = [final_accuracy(name, digits, s, **hp) for s in SEEDS]
     print(f"\n{name} final class-IL accuracy {np.round(acc, 3)} vs finetune {np.round(finetune_acc, 3)}")
     assert min(acc) > max(finetune_acc) + margin, (acc, finetune_acc)
 
@@ -85,7 +85,9 @@ def test_der_auxiliary_targets_put_every_old_class_in_one_bin(digits):
 
 
 def test_der_beats_finetune(digits, finetune_acc):
-    assert_beats_finetune("der", digits, finetune_acc)
+    # lr 0.05: at PyCIL's 0.1 (SGD, momentum 0.9) this 8x8 MLP diverges at seed 2's fourth task (0.91 ->
+    # 0.13, run alone); inside this module it had passed only through state earlier tests left behind
+    assert_beats_finetune("der", digits, finetune_acc, lr=0.05)
 
 
 def test_der_clone_and_memory_report(digits):
