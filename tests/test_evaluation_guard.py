@@ -216,7 +216,8 @@ def test_the_error_is_printed_once_without_a_chained_traceback(pytester):
     pytester.syspathinsert(Path(__file__).parent)
     pytester.makefile(".toml", mini=MINI)
     result = pytester.runpytest("-p", "guard_methods", "--clh-suite", str(pytester.path / "mini.toml"),
-                                "--clh-method", "guard-shape", "-p", "no:cacheprovider")
+                                "--clh-method", "guard-shape", "-p", "no:cacheprovider",
+                                "-rN")   # no short summary: under CI=true pytest repeats the message there untruncated
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert out.count("returned shape (32, 3), expected (32, 10)") == 1, out
