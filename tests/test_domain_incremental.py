@@ -112,6 +112,7 @@ def test_domainnet_domains_read_from_the_official_split_files(tmp_path):
     assert [len(t.train) for t in s.tasks] == [4, 4] and [len(t.test) for t in s.tasks] == [2, 2]
 
 
+@pytest.mark.slow   # > 45 s on 2 cores (CI stays under 15 min); python -m pytest -m slow
 def test_ewc_beats_finetune_on_permuted_digits_over_three_seeds(tmp_path):
     records = clh.run("domain-digits", methods=["finetune", "ewc"], results=tmp_path / "r.sqlite", device="cpu")
     acc = {m: [r.metrics["final_acc"] for r in records if r.method == m and r.scenario == "permuted-5"]

@@ -60,6 +60,7 @@ def test_xdist_sends_an_ensemble_to_one_worker_which_trains_it(pytester, monkeyp
     assert set(workers) == {"finetune", "joint"} and all(len(w) == 1 for w in workers.values()), workers
 
 
+@pytest.mark.slow   # > 45 s on 2 cores (CI stays under 15 min); python -m pytest -m slow
 def test_xdist_ensemble_leaves_out_stored_members_and_runs_a_lone_one_solo(pytester, monkeypatch):
     """The store under -n 2: finetune's seed 0 is stored, so seeds 1 and 2 train as an ensemble of 2 and
     seed 0 is reused; joint's seeds 0 and 1 are stored, so seed 2 is alone and runs solo."""
@@ -107,6 +108,7 @@ def ray_runtime():
     ray.shutdown()
 
 
+@pytest.mark.slow   # > 45 s on 2 cores (CI stays under 15 min); python -m pytest -m slow
 def test_ray_runs_one_task_per_ensemble_and_stores_every_member(pytester, monkeypatch, ray_runtime):
     """``--clh-ray local --clh-ensemble``: finetune's seeds not stored (1 and 2; seed 0 is) go as one
     task with the resources of one run, whose records are stored under each member's key; agem cannot

@@ -2,6 +2,7 @@
 files in the real on-disk formats: whole CUB-200 / ImageNet-R as D^HT with ImageNet-R / ImageNet-A
 as D^E (gtep-vit-200, 200 classes), the cross 100-class pairs of gtep-vit, and ImageNet-50-1 as D^HT
 (gtep-imagenet50). Scenarios with one D^HT and task configuration share their tuning run."""
+import pytest
 import clharness.engine.runner  # noqa: F401  (loaded once: pytester runs share one torch)
 import clharness.reporting.scorecard  # noqa: F401
 import clharness_methods  # noqa: F401
@@ -23,6 +24,7 @@ def write_all(root):
     write_imagefolder(root / "imagenet-a", classes=WNIDS, n_per_class=5, split=False, size=(8, 8))
 
 
+@pytest.mark.slow   # > 45 s on 2 cores (CI stays under 15 min); python -m pytest -m slow
 def test_missing_scenario_pairs_run_quick_on_files_in_the_real_formats(pytester):
     import pathlib
     pytester.syspathinsert(pathlib.Path(__file__).parent)

@@ -168,6 +168,7 @@ def test_pnn_paper_laterals_stay_the_default():
     assert pnn.model.columns[2].adapters[-1].U.out_features == 4
 
 
+@pytest.mark.slow   # > 45 s on 2 cores (CI stays under 15 min); python -m pytest -m slow
 def test_m2i_suite_runs_agem_pnn_and_generative_replay_end_to_end_quick(pytester, tmp_path):
     """The suite's own hyperparameters, through the runner, on fabricated copies of the six datasets."""
     root = write_six(tmp_path / "six")

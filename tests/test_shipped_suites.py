@@ -49,7 +49,12 @@ def _green(suite, tmp_path, quick):
     assert not uncounted, f"{suite}: records without training or evaluation FLOPs: {uncounted[:5]}"
 
 
-@pytest.mark.parametrize("suite", OFFLINE)
+# over 45 s quick on 2 cores each, so under -m slow (CI stays under 15 min); their families stay covered
+# quick by stf-digits, the wheel test (one quick suite a family) and the methods' own tests
+SLOW_QUICK = {"stf-digits-difficulty", "baselines-digits", "ptm-mini"}
+
+
+@pytest.mark.parametrize("suite", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_QUICK else s for s in OFFLINE])
 def test_every_offline_suite_is_green_quick(suite, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)   # CLDyB writes its sequences under the invocation folder
     _green(suite, tmp_path, quick=True)
