@@ -89,6 +89,40 @@ class Unit:
         return self.label or f"{self.suite}::{self.name}"
 
 
+class Scoring(Protocol):
+    """What a family's own protocol (``Scenario.protocol``: STF's stream) scores with: the engine's one
+    evaluation path, guarded (evaluation never changes the method) and counted as evaluation FLOPs. The
+    engine installs it (``install_scoring``) before any protocol runs; a family asks ``scoring()``."""
+
+    def accuracy(self, method, data, classes, num_classes: int, device, after, task_id: int | None = None,
+                 batch_size: int = 512, what: str = "test data") -> float:
+        """Accuracy of ``method.predict`` on ``data`` (only ``classes``' logits compete when given); a wrong
+        logits shape or a non-finite logit fails the case, naming ``after`` and ``what``."""
+
+    def isolated_rng(self, device=None):
+        """A context in which evaluation leaves every random stream (Python, NumPy, torch, the device's)
+        as it found it."""
+
+    def sync(self, device) -> None:
+        """Wait for the device's queued work (so a timing ends where the work does)."""
+
+
+_scoring: Scoring | None = None
+
+
+def install_scoring(impl: Scoring) -> None:
+    """The engine's evaluation path for families' protocols (clharness.engine.runner installs it)."""
+    global _scoring
+    _scoring = impl
+
+
+def scoring() -> Scoring:
+    if _scoring is None:
+        raise RuntimeError("no scoring installed: a family's protocol runs under the engine "
+                           "(import clharness.engine.runner first)")
+    return _scoring
+
+
 class FamilySession(Protocol):
     """The session as a collecting family sees it: ``collect(session, ...)`` and its units'
     ``run(session, unit)`` receive one. The engine's ``Session`` implements it (engine.family_session);

@@ -24,12 +24,7 @@ CONTRACT = {f"clharness.{m}" for m in ("method", "hookspecs", "registry", "plugi
 # layer it registers, loaded by name by plugins.Harness, imported by no module
 BUILTIN_PLUGIN = "clharness.builtin"
 # a family's import of the engine still to be handed through the contract, with why it is left
-FAMILY_ENGINE_LEFT = {
-    ("clharness.benchmarks.stf.kind", "clharness.engine.runner"):
-        "STF's online protocol scores with the runner's accuracy/isolated_rng/_sync (the one evaluation path, "
-        "FLOP-counted and guarded, so it stays in the engine): to be handed to the scenario's protocol(...) "
-        "through the contract, a signature change left for when STF's files are not being edited",
-}
+FAMILY_ENGINE_LEFT: dict[tuple[str, str], str] = {}
 
 
 def module_names() -> dict[str, Path]:

@@ -24,6 +24,7 @@ import torch
 
 from .. import __version__, metrics
 from ..toolkit.backbones import WeightsMissing, pretrained_weights, weights_identity, weights_key
+from .. import kinds
 from ..hparams import resolve
 from ..method import Context, Diverged, Method, MethodError, Setting
 from ..results import RunRecord
@@ -448,3 +449,13 @@ def accuracy(method: Method, data, classes, num_classes: int, device: torch.devi
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+class _EngineScoring:
+    """The contract's ``kinds.Scoring``: what families' own protocols score with (STF's stream)."""
+    accuracy = staticmethod(accuracy)
+    isolated_rng = staticmethod(isolated_rng)
+    sync = staticmethod(_sync)
+
+
+kinds.install_scoring(_EngineScoring())

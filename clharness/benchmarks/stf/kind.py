@@ -37,7 +37,7 @@ from ...data import DatasetSource, load_split
 from ...method import Batch, Setting
 from ...toolkit.training import listen_to_losses
 from ...scenario_spec import ScenarioSpec, SuiteError
-from ...kinds import ScenarioError
+from ...kinds import ScenarioError, scoring
 from ...data.subsets import normalization, on_device, per_class_index, relabel
 
 OPTIONS = {
@@ -167,8 +167,7 @@ def online_protocol(method, scenario: StreamScenario, device: torch.device, reco
     test accuracy at the end. ``record.failed_task`` is the stream step (minibatch) being processed.
     ``record.extra`` keeps the stream's description, the retention at each point and the mean
     training loss per window of the stream (trace.py; figures 2, 4 and 5 of the report section)."""
-    from ...engine.runner import accuracy
-
+    accuracy = scoring().accuracy   # the engine's evaluation path, handed through the contract
     points = scenario.eval_steps()
     retention: list[float] = []
     record.metrics = {}
@@ -188,8 +187,8 @@ def online_protocol(method, scenario: StreamScenario, device: torch.device, reco
 
 def _stream(method, scenario: StreamScenario, device, record, on_task, points, retention, losses) -> None:
     """Observe the stream, scoring information retention at ``points``; ``losses`` learns each step."""
-    from ...engine.runner import _sync, accuracy, isolated_rng
-
+    score = scoring()   # the engine's evaluation path, handed through the contract
+    accuracy, isolated_rng, _sync = score.accuracy, score.isolated_rng, score.sync
     opts, eval_bs = scenario.spec.options, scenario.spec.eval_batch_size
     exact = opts["retention"] == "exact"
     kept = set(points)
