@@ -237,6 +237,7 @@ def test_a_worker_killed_mid_case_is_retried_and_every_case_is_stored_once(pytes
     assert len(keys) == len(set(keys)) == 2
 
 
+@pytest.mark.slow   # ~60 s on 2 cores (CI stays under 15 min); Ctrl-C's resume stays in the default run
 def test_a_driver_killed_mid_session_resumes_from_its_finished_records(pytester, ray_runtime):
     pytester.makepyfile(raymethods=METHODS.format(here=str(pytester.path)))
     store = pytester.path / "r.sqlite"

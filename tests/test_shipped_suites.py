@@ -50,8 +50,8 @@ def _green(suite, tmp_path, quick):
 
 
 # over 45 s quick on 2 cores each, so under -m slow (CI stays under 15 min); their families stay covered
-# quick by stf-digits, the wheel test (one quick suite a family) and the methods' own tests
-SLOW_QUICK = {"stf-digits-difficulty", "baselines-digits", "ptm-mini"}
+# quick by stf-digits, the wheel test (one quick suite a family: domain-digits too) and the methods' own tests
+SLOW_QUICK = {"stf-digits-difficulty", "baselines-digits", "ptm-mini", "domain-digits"}
 
 
 @pytest.mark.parametrize("suite", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_QUICK else s for s in OFFLINE])
