@@ -183,6 +183,50 @@ class FamilySession(Protocol):
         """Seed Python's, NumPy's and torch's random streams as a run's start does."""
 
 
+class Drawing(Protocol):
+    """What a family's HTML sections draw with, handed to ``html_sections`` and ``page_html_sections`` by
+    the report (``clharness.reporting.drawing.DRAWING`` implements it): the page's method colours, its
+    figure embedding and export, its SVG charts and the statistics its figures share. A family draws
+    through it, so it imports no reporting module and a plugin family draws like a built-in one."""
+
+    #: dots per inch of the page's matplotlib figures (``Figure(dpi=drawing.DPI)``)
+    DPI: int
+    #: one bar of ``bar_chart``: ``Bar(value, ci=0.0, color="#4c72b0", series="", data={})`` (NaN value: "n/a")
+    Bar: type
+
+    def method_colors(self, methods) -> dict[str, tuple]:
+        """Each method's RGBA colour, the one it has everywhere on the page."""
+
+    def hex_color(self, rgba) -> str:
+        """An RGBA colour (0-1) as ``#rrggbb`` (for SVG)."""
+
+    def to_img(self, fig, alt: str, tight: bool = True) -> str:
+        """A matplotlib figure as an embedded ``<img>`` (PNG), also exported with the page's figures."""
+
+    def export_svg(self, svg: str, alt: str) -> None:
+        """A hand-drawn ``<svg>`` exported with the page's figures (``--figures``); nothing without them."""
+
+    def radar_figure(self, labels, values, colors):
+        """Methods (``values``: method -> one value in [0, 1] per axis) as polygons over ``labels``' axes."""
+
+    def bar_chart(self, groups, title: str, ylabel: str, legend=(), height: int = 230, bar_width: int = 16) -> str:
+        """One ``<svg>``: a group of ``Bar`` per ``(label, bars)`` of ``groups``, CIs as error bars, a legend
+        of ``(name, colour)``."""
+
+    def spread_labels(self, ys, gap: float, top: float) -> list[float]:
+        """Label heights ``ys`` moved apart to at least ``gap`` each, in their order, none above ``top``."""
+
+    def text_width(self, text: str, font_size: float = 11) -> float:
+        """The width an SVG text of ``font_size`` takes on the page (for margins)."""
+
+    def mean_band(self, values, confidence: float = 0.95) -> tuple:
+        """(mean, lo, hi) over the rows of ``values`` (seeds x points): the Student-t band the page's
+        curves draw."""
+
+    def mean_matrix(self, records):
+        """The mean accuracy matrix of ``records`` (NaN where none holds a value)."""
+
+
 class Family:
     """The family contract: every hook a benchmark family may define. ``build`` is required; every other
     hook has the default below (a family without it behaves as a plain one). Subclass it, or write a
@@ -203,8 +247,9 @@ class Family:
     #: protocols: GTEP's phases, CLDyB's search), reaching the engine only through ``session``. None: one
     #: plain case per method and seed
     collect: Callable | None = None
-    #: ``page_html_sections(records, page, harness) -> [(title, html)]``: instead of ``html_sections`` where
-    #: its section needs runs of other suites of the page (M2I pairs an m2i suite with an i2m one). None: unused
+    #: ``page_html_sections(records, page, harness, drawing) -> [(title, html)]``: instead of ``html_sections``
+    #: where its section needs runs of other suites of the page (M2I pairs an m2i suite with an i2m one).
+    #: None: unused
     page_html_sections: Callable | None = None
 
     def build(self, spec, source, seed: int, device, data_root=None, download: bool = False):
@@ -226,8 +271,8 @@ class Family:
         """Its sections of ``clharness report`` as (title, text); ``harness()`` builds the registries."""
         return []
 
-    def html_sections(self, records, harness) -> list[tuple[str, str]]:
-        """Its sections of the HTML report as (title, html)."""
+    def html_sections(self, records, harness, drawing: Drawing) -> list[tuple[str, str]]:
+        """Its sections of the HTML report as (title, html), drawn with ``drawing`` (the page's ``Drawing``)."""
         return []
 
     def split_scenario(self, name: str) -> tuple[str, str, int | None] | None:
@@ -370,11 +415,15 @@ def family_commands(subparsers) -> dict:
     return commands
 
 
-def report_sections(records, fmt: str, make_harness, page=None) -> list[tuple[str, str]]:
+def report_sections(records, fmt: str, make_harness, page=None, drawing: Drawing | None = None
+                    ) -> list[tuple[str, str]]:
     """Every kind's own sections of ``clharness report`` as (title, text), or as (title, html) for
     ``fmt="html"`` (the kinds' html_sections, or page_html_sections given ``page``: all records of
-    the page ``records`` are one suite of); ``make_harness()`` is called at most once, and only
-    by a kind that needs the registries."""
+    the page ``records`` are one suite of), drawn with ``drawing``, which the HTML format needs;
+    ``make_harness()`` is called at most once, and only by a kind that needs the registries."""
+    if fmt == "html" and drawing is None:
+        raise TypeError("report_sections(..., 'html') needs drawing=: the page's Drawing "
+                        "(clharness.reporting.drawing.DRAWING), which the families draw with")
     records, built = list(records), []
 
     def harness():
@@ -385,9 +434,9 @@ def report_sections(records, fmt: str, make_harness, page=None) -> list[tuple[st
     out = []
     for fam in families():
         if fmt == "html" and page is not None and fam.page_html_sections is not None:
-            out.extend(fam.page_html_sections(records, page, harness))
+            out.extend(fam.page_html_sections(records, page, harness, drawing))
         elif fmt == "html":
-            out.extend(fam.html_sections(records, harness))
+            out.extend(fam.html_sections(records, harness, drawing))
         else:
             out.extend(fam.report_sections(records, fmt, harness))
     return out

@@ -442,6 +442,45 @@ def open(path: str | Path) -> ResultsStore:   # noqa: A001  (clharness.results.o
     return ResultsStore(path)
 
 
+class NoRecords(ValueError):
+    """A path that holds no run records to read: missing, a folder, empty, not SQLite, unreadable, or
+    without runs (of the suites asked for); the message names the path and why."""
+
+
+def read_records(path: str | Path, suites: Iterable[str] = ()) -> list[RunRecord]:
+    """Every record of the store at ``path`` (of ``suites`` when given), reading only: the file is checked
+    first, because ResultsStore would create a missing or empty one. Raises NoRecords, or StoreError for
+    another SQLite file or a newer schema; a row that is not a record is skipped and named once on
+    stderr (stdout stays the caller's). ``clharness report`` and the families' commands read stores so."""
+    import sys
+    path, suites = Path(path), list(suites)
+    if not path.exists():
+        raise NoRecords(f"results store {path} does not exist")
+    if path.is_dir():
+        raise NoRecords(f"results store {path} is a directory; give the .sqlite file")
+    if path.stat().st_size == 0:
+        raise NoRecords(f"results store {path} is empty (0 bytes): no runs to report")
+    with builtins.open(path, "rb") as fh:
+        if fh.read(16) != _SQLITE_MAGIC:
+            raise NoRecords(f"results store {path} is not an SQLite file (is it a scorecard .md/.json/.csv?)")
+    store = ResultsStore(path, on_unreadable=lambda message: print(f"clharness: {message}", file=sys.stderr))
+    try:
+        records = store.records()
+    except sqlite3.DatabaseError as exc:   # a damaged file can open and still fail to read
+        raise NoRecords(f"results store {path} cannot be read: {exc}") from None
+    finally:
+        store.close()
+    if not records:
+        raise NoRecords(f"results store {path} holds no runs")
+    if suites:
+        present = sorted({r.suite for r in records})
+        records = [r for r in records if r.suite in suites]
+        if not records:
+            raise NoRecords(f"results store {path} holds no runs of suite {', '.join(suites)}; "
+                            f"its suites: {', '.join(present)}")
+    return records
+
+
 def records_frame(records: Iterable[RunRecord]):
     """One row per record: its case, status, key, seconds and every metric (columns ``metric.<name>``
     are plain metric names here), as a pandas DataFrame."""

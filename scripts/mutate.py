@@ -1062,6 +1062,13 @@ MUTATIONS: tuple[Mutation, ...] = (
              '_augmentations = registries["augmentations"]   # suite files are checked against these',
              'from .toolkit import augment as _a; _augmentations = registries["augmentations"]',
              ("tests/test_layers.py::test_every_module_imports_only_downward",)),
+    Mutation("html-sections-without-a-drawing", "clharness/kinds.py",
+             'if fmt == "html" and drawing is None:', "if False:",
+             ("tests/test_layers.py::test_html_sections_without_a_drawing_are_refused_by_name",)),
+    Mutation("a-family-imports-the-reporting-layer", "clharness/benchmarks/stf/report.py",
+             "    out = {}\n    for method, rs in runs.items():",
+             "    from ...reporting.plots import mean_band  # noqa: F401\n    out = {}\n    for method, rs in runs.items():",
+             ("tests/test_layers.py::test_families_import_only_the_contract_toolkit_data_and_their_own_package",)),
 )
 
 

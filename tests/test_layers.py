@@ -9,8 +9,11 @@
 No import circle anywhere in the package; engine/, toolkit/ and reporting/ never import pytest, a
 front end or a benchmark family; reporting never imports the engine; toolkit imports only the
 contract (and toolkit itself); nothing outside benchmarks/ imports a family; a family (benchmarks/)
-never imports the engine or a front end: what a collecting family needs of the engine comes through
-the contract (``kinds.FamilySession``, the session handed to ``collect`` and to its units).
+imports only the contract, the toolkit, the data layer and its own package: never the engine or a front
+end (what a collecting family needs of the engine comes through the contract: ``kinds.FamilySession``,
+the session handed to ``collect`` and to its units), never the reporting layer (its HTML sections draw
+with the ``kinds.Drawing`` they are handed; a family's command reads a store by ``results.read_records``),
+never another family (the split family's ``build`` is reached by ``kinds.family("split")``).
 """
 import ast
 from pathlib import Path
@@ -103,6 +106,11 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def family_package(name: str) -> str:
+    """The package of a family module (clharness.benchmarks.gtep.kind -> clharness.benchmarks.gtep)."""
+    return ".".join(name.split(".")[:3])
+
+
 def violations(graph: dict[str, set[str]]) -> list[str]:
     bad = []
     for m, targets in sorted(graph.items()):
@@ -126,6 +134,12 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
             elif lm == "benchmarks" and lt in ("engine", "front end") and (m, t) not in FAMILY_ENGINE_LEFT:
                 bad.append(f"{m} (a family) imports {t} ({lt}): families reach the engine through the contract "
                            "(clharness.kinds.FamilySession, the session handed to collect and to its units)")
+            elif lm == "benchmarks" and lt == "reporting":
+                bad.append(f"{m} (a family) imports {t} (reporting): a family draws with the clharness.kinds.Drawing "
+                           "its html_sections are handed, and reads a store by clharness.results.read_records")
+            elif lm == "benchmarks" and lt == "benchmarks" and family_package(m) != family_package(t):
+                bad.append(f"{m} (a family) imports {t}, another family's module: reach a family through the "
+                           "contract (clharness.kinds.family(kind)), or move what two families share to a public module")
     return bad
 
 
@@ -184,6 +198,64 @@ def test_families_import_no_engine_module_but_those_left_with_a_reason():
         for m in MODULES:
             if m.startswith(f"clharness.benchmarks.{family}"):
                 assert not {t for t in GRAPH[m] if layer(t) in ("engine", "front end")}, m
+
+
+def test_families_import_only_the_contract_toolkit_data_and_their_own_package():
+    """Issue 37: no family imports the reporting layer, the engine, a front end or another family; the
+    checker names each kind of arrow (planted) and the tree has none."""
+    planted = {"clharness.benchmarks.stf.report": {"clharness.reporting.plots", "clharness.benchmarks.stf.plots",
+                                                   "clharness.kinds", "clharness.toolkit.training", "clharness.data"},
+               "clharness.benchmarks.m2i.effect": {"clharness.reporting.report", "clharness.results"},
+               "clharness.benchmarks.gtep.kind": {"clharness.benchmarks.splits.kind", "clharness.benchmarks.gtep.phases"}}
+    assert violations(planted) == [
+        "clharness.benchmarks.gtep.kind (a family) imports clharness.benchmarks.splits.kind, another family's "
+        "module: reach a family through the contract (clharness.kinds.family(kind)), or move what two families "
+        "share to a public module",
+        "clharness.benchmarks.m2i.effect (a family) imports clharness.reporting.report (reporting): a family draws "
+        "with the clharness.kinds.Drawing its html_sections are handed, and reads a store by "
+        "clharness.results.read_records",
+        "clharness.benchmarks.stf.report (a family) imports clharness.reporting.plots (reporting): a family draws "
+        "with the clharness.kinds.Drawing its html_sections are handed, and reads a store by "
+        "clharness.results.read_records"]
+    found = {(m, t, layer(t)) for m, ts in GRAPH.items() if layer(m) == "benchmarks"
+             for t in ts if t.startswith("clharness") and layer(t) not in ("contract", "toolkit", "data")
+             and family_package(t) != family_package(m)}
+    assert found == set()
+
+
+def test_the_report_drawing_is_the_drawing_the_contract_writes_down():
+    """Every member of kinds.Drawing (what a family's HTML sections draw with) exists on the report's
+    DRAWING, each method with the parameters (and defaults) the contract names, in its order; it draws
+    the page's own way (its colours, its PNG embedding)."""
+    import inspect
+
+    from clharness.kinds import Drawing
+    from clharness.reporting import plots, report_svg
+    from clharness.reporting.drawing import DRAWING
+    members = {n for n in vars(Drawing) if not n.startswith("_")} | set(Drawing.__annotations__)
+    assert {"DPI", "Bar", "method_colors", "to_img", "bar_chart", "mean_band", "spread_labels"} <= members
+    for name in sorted(members):
+        missing = object()
+        assert inspect.getattr_static(DRAWING, name, missing) is not missing, f"DRAWING lacks Drawing.{name}"
+        wanted = vars(Drawing).get(name)
+        if inspect.isfunction(wanted):
+            params = lambda f: [(p.name, p.default) for p in inspect.signature(f).parameters.values()  # noqa: E731
+                                if p.name != "self"]
+            assert params(getattr(type(DRAWING), name)) == params(wanted), name
+    assert DRAWING.DPI == plots.DPI and DRAWING.Bar is report_svg.Bar
+    assert DRAWING.hex_color((1.0, 0.5, 0.0, 1.0)) == "#ff8000"
+    assert DRAWING.spread_labels([10.0, 11.0], 5, 0) == [8.0, 13.0]
+
+
+def test_html_sections_without_a_drawing_are_refused_by_name():
+    """The HTML format needs the page's Drawing: asked without one, report_sections says so (a family
+    would otherwise fail deep in its section on None)."""
+    import pytest
+
+    from clharness.kinds import report_sections
+    with pytest.raises(TypeError, match=r"needs drawing=.*clharness\.reporting\.drawing\.DRAWING"):
+        report_sections([], "html", lambda: None)
+    assert report_sections([], "md", lambda: None) == []   # the text formats draw nothing
 
 
 def test_the_pytest_entry_point_is_thin():

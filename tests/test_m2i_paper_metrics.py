@@ -14,6 +14,7 @@ from clharness.benchmarks.m2i import report_html as m2i_html
 from clharness.data import BUILTIN_SOURCES
 from clharness.engine.scenario import build_scenario
 from clharness.engine.suites import load_suite, with_overrides
+from clharness.reporting.drawing import DRAWING
 from clharness.results import RunRecord
 
 from curriculum_fakedata import write_six
@@ -68,7 +69,7 @@ def test_report_shows_the_papers_acc_and_bwt_and_the_authors_bwt_named():
     assert math.isnan(rows[("ci", "er")]["fwt"][0])
     assert rows[("ti", "er")]["fwt"][0] == pytest.approx(np.mean([by_hand(R[s])["fwt"] for s in (0, 1)]))
     # the HTML page gets the same table
-    html = dict(m2i_html.html_sections(recs))
+    html = dict(m2i_html.html_sections(recs, DRAWING))
     assert "BWT (authors&#x27; code)" in html[m2i_html.PAPER_TITLE] or "BWT (authors' code)" in html[m2i_html.PAPER_TITLE]
     # records of other kinds get no such section
     other = RunRecord(suite="q", scenario="x", method="er", seed=0, status="passed", dataset="digits",

@@ -105,7 +105,8 @@ def _gtep_records():
 def test_gtep_html_section_rows_tau_plot_and_sorted_configs():
     from clharness.benchmarks.gtep import report_html
     records = _gtep_records()
-    page = report_html.section(records)
+    from clharness.reporting.drawing import DRAWING
+    page = report_html.section(records, DRAWING)
     rows = [[c for c in re.findall(r"<td>(.*?)</td>", tr)]
             for tr in re.findall(r"<tr>(<td>.*?)</tr>", page.split("<details>")[0])]
     assert rows == [["3 → 1", "c", "0.700", "0.620 ± 0.254", "+0.080", "c1: lr=0.1"],

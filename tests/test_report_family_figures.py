@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from clharness.reporting import plots
+from clharness.reporting.drawing import DRAWING
 from clharness.benchmarks.cldyb import kind as cldyb
 from clharness.benchmarks.cldyb import report_html as cldyb_html
 from clharness.benchmarks.cldyb import sequence as seqmod
@@ -46,9 +47,9 @@ def drawn_section(section, records):
         seen[alt] = [ax.get_title() for ax in fig.axes if ax.get_title()]
         return real_img(fig, alt, tight)
 
-    def pairs(panels):
+    def pairs(panels, dpi):
         seen["panels"] = dict(panels)
-        return real_pairs(panels)
+        return real_pairs(panels, dpi)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(plots, "to_img", img)
         mp.setattr(m2i_html, "heatmap_pairs_figure", pairs)
@@ -58,7 +59,7 @@ def drawn_section(section, records):
 @pytest.fixture(scope="module")
 def m2i_page():
     records = curriculum_records()
-    return (records, *drawn_section(m2i_html.section, records))
+    return (records, *drawn_section(lambda rs: m2i_html.section(rs, DRAWING), records))
 
 
 def test_m2i_section_has_one_heatmap_pair_per_method(m2i_page):
@@ -103,7 +104,7 @@ def test_metric_without_any_effect_gets_no_chart():
     records = curriculum_records()
     for r in records:
         r.metrics["fwt"] = math.nan
-    text = m2i_html.effect_bars(curriculum_effect(records), plots.method_colors(["er", "finetune"]))
+    text = m2i_html.effect_bars(curriculum_effect(records), plots.method_colors(["er", "finetune"]), DRAWING)
     assert re.findall(r"class='m2i-effect-bars' data-metric='(\w+)'", text) == ["acc", "bwt"]
 
 
@@ -186,7 +187,7 @@ def cldyb_records():
 @pytest.fixture(scope="module")
 def cldyb_page():
     records = cldyb_records()
-    return (records, *drawn_section(cldyb_html.section, records))
+    return (records, *drawn_section(lambda rs: cldyb_html.section(rs, DRAWING), records))
 
 
 def test_cldyb_bars_show_cc_random_and_heldout_per_method(cldyb_page):
@@ -266,10 +267,10 @@ def test_page_has_the_family_sections_only_for_their_families(monkeypatch):
     toy = page.partition("id='suite-toy'")[2]
     assert m2i_html.TITLE not in toy and cldyb_html.TITLE not in toy
     plain = [split_record(m, s) for m in ("er", "finetune") for s in range(2)]
-    titles = [t for t, _ in report_sections(plain, "html", lambda: None)]
+    titles = [t for t, _ in report_sections(plain, "html", lambda: None, drawing=DRAWING)]
     titles += [t for t, _ in report_sections(plain, "github", lambda: None)]
     assert not [t for t in titles if "M2I" in t or "CLDyB" in t]
-    assert m2i_html.section(plain) is None and cldyb_html.section(plain) is None
+    assert m2i_html.section(plain, DRAWING) is None and cldyb_html.section(plain, DRAWING) is None
 
 
 def test_task_labels_read_the_shared_head_class_names():

@@ -20,6 +20,7 @@ from scipy import stats
 
 from clharness.cli import main
 from clharness.reporting import plots, report, report_svg
+from clharness.reporting.drawing import DRAWING
 from clharness.reporting.scorecard import INTERVAL_NOTE, pairwise_welch, render, render_pairwise, summarize
 from clharness.results import ResultsStore, RunRecord, run_key
 
@@ -272,14 +273,14 @@ def test_the_cldyb_section_says_n_and_student_t_for_its_intervals():
 
     from clharness.benchmarks.cldyb import report_html as cldyb_html
     records = cldyb_records()                       # seeds 0 and 1 of every method and sequence
-    page = cldyb_html.section(records)
+    page = cldyb_html.section(records, DRAWING)
     note = "95% Student-t confidence interval over the n = 2 seeds of each method and sequence"
     assert note in page and "t_{0.975, n−1}" in page
     (title, text), = cldyb_html.text_sections(records, "pipe")
     assert "Student-t" in title and note in text
     # one seed fewer for er on the random sequence: the range of n
     fewer = [r for r in records if not (r.method == "er" and r.scenario == "mini/random" and r.seed == 1)]
-    assert "over the n = 1–2 seeds" in cldyb_html.section(fewer)
+    assert "over the n = 1–2 seeds" in cldyb_html.section(fewer, DRAWING)
 
 
 def test_the_gtep_caption_says_n_and_student_t_for_its_intervals():
@@ -339,7 +340,7 @@ def test_gtep_slope_labels_do_not_overlap_with_many_long_close_labels():
     group = pd.DataFrame({"suite": "g", "scenario": "s", "method": names,
                           "tune_acc": [0.700 + 0.001 * k for k in range(12)],
                           "eval_acc": [0.500 + 0.0005 * (k % 3) for k in range(12)]})
-    svg = slope_svg(group)
+    svg = slope_svg(group, DRAWING)
     width = float(re.search(r"width='(\d+)'", svg).group(1))
     height = float(re.search(r"height='(\d+)'", svg).group(1))
     boxes = _text_boxes(svg)
@@ -551,7 +552,7 @@ def test_gtep_slope_figure_is_exported_as_svg(tmp_path):
     group = pd.DataFrame({"suite": "g", "scenario": "s", "method": ["er", "ewc"], "tune_acc": [0.8, 0.7],
                           "eval_acc": [0.6, 0.65]})
     with plots.export_figures(tmp_path):
-        html = slope_svg(group)
+        html = slope_svg(group, DRAWING)
     svg = (tmp_path / "g__s_GTEP-slope.svg").read_text()
     assert svg in html
     ElementTree.fromstring(svg)   # a standalone, well-formed SVG file

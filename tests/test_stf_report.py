@@ -14,6 +14,7 @@ from clharness.benchmarks.stf import report, trace
 from clharness.benchmarks.stf.kind import preset_seeds
 from clharness.data import BUILTIN_SOURCES as DATASETS
 from clharness.kinds import report_sections
+from clharness.reporting.drawing import DRAWING
 from clharness.metrics import mean_ci
 from clharness.plugins import Harness
 from clharness.results import RunRecord
@@ -117,7 +118,7 @@ def _other_record() -> RunRecord:
 
 
 def test_html_section_has_table1_and_the_three_figures(stf_records):
-    sections = report_sections(stf_records + [_other_record()], "html", lambda: None)
+    sections = report_sections(stf_records + [_other_record()], "html", lambda: None, drawing=DRAWING)
     assert [title for title, _ in sections if title.startswith("STF")] == [report.TITLE]
     body = dict(sections)[report.TITLE]
     alts = re.findall(r'<img alt="([^"]*)" src="data:image/png;base64,', body)
@@ -137,7 +138,7 @@ def test_nothing_stf_for_a_store_without_stf_runs():
     from clharness.reporting.report import build_html
     others = [_other_record()]
     assert not any("STF" in title for title, _ in report_sections(others, "pipe", lambda: None))
-    assert not any("STF" in title for title, _ in report_sections(others, "html", lambda: None))
+    assert not any("STF" in title for title, _ in report_sections(others, "html", lambda: None, drawing=DRAWING))
     page = build_html(others)
     assert "STF" not in page and "along the stream" not in page
 

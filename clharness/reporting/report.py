@@ -5,15 +5,13 @@ from __future__ import annotations
 import html
 import json
 import math
-import sqlite3
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..metrics import METRIC_INFO
-from ..results import _SQLITE_MAGIC, ResultsStore, RunRecord
+from ..results import NoRecords, RunRecord, read_records
 from .scorecard import (_FIELDS, COLUMNS, INTERVAL_NOTE, WELCH_NOTE, main_records, pairwise_welch, rank_agreement,
                         render, render_agreement, render_pairwise, summarize)
 
@@ -27,36 +25,12 @@ class ReportError(ValueError):
 
 
 def load_records(path: str | Path, suites: Sequence[str] = ()) -> list[RunRecord]:
-    """Every record of the store (of ``suites`` when given). Checks the file first, because
-    ResultsStore would create a missing or empty file and the report must only read."""
-    path = Path(path)
-    if not path.exists():
-        raise ReportError(f"results store {path} does not exist")
-    if path.is_dir():
-        raise ReportError(f"results store {path} is a directory; give the .sqlite file")
-    if path.stat().st_size == 0:
-        raise ReportError(f"results store {path} is empty (0 bytes): no runs to report")
-    with open(path, "rb") as fh:
-        if fh.read(16) != _SQLITE_MAGIC:
-            raise ReportError(f"results store {path} is not an SQLite file (is it a scorecard .md/.json/.csv?)")
-    # raises StoreError for other SQLite files or newer schemas; a row that is not a record is
-    # skipped and named once on stderr (stdout stays the report)
-    store = ResultsStore(path, on_unreadable=lambda message: print(f"clharness: {message}", file=sys.stderr))
+    """Every record of the store (of ``suites`` when given), reading only (``results.read_records``,
+    which checks the file first); a path without records raises ReportError."""
     try:
-        records = store.records()
-    except sqlite3.DatabaseError as exc:   # a damaged file can open and still fail to read
-        raise ReportError(f"results store {path} cannot be read: {exc}") from None
-    finally:
-        store.close()
-    if not records:
-        raise ReportError(f"results store {path} holds no runs")
-    if suites:
-        present = sorted({r.suite for r in records})
-        records = [r for r in records if r.suite in suites]
-        if not records:
-            raise ReportError(f"results store {path} holds no runs of suite {', '.join(suites)}; "
-                              f"its suites: {', '.join(present)}")
-    return records
+        return read_records(path, suites)
+    except NoRecords as exc:
+        raise ReportError(str(exc)) from None
 
 
 def check_columns(records: Iterable[RunRecord], columns: Sequence[str]) -> None:
@@ -204,6 +178,7 @@ def build_html(records: Sequence[RunRecord], columns: Sequence[str] = COLUMNS, s
 
 def _build_html(records, columns, source, make_harness, workers, colors, figures, current=None, every=False) -> str:
     from ..kinds import report_sections, split_scenario
+    from .drawing import DRAWING
     summary, hidden_note = shown_rows(summarize(records, columns, current=current), every)
     records = main_records(records, current)   # one configuration per case from here on
     passed = [r for r in records if r.status == "passed"]
@@ -239,7 +214,7 @@ def _build_html(records, columns, source, make_harness, workers, colors, figures
                 out.append(render_agreement(agreement, "html"))
             # page=records: a kind may pair this suite's runs with another suite's (M2I's m2i with i2m)
             for title, section in report_sections([r for r in records if r.suite == suite], "html",
-                                                  make_harness or (lambda: None), page=records):
+                                                  make_harness or (lambda: None), page=records, drawing=DRAWING):
                 out.append(f"<p class='note'>{esc(title)}</p>{section}")
             scenarios = [sc for sc in dict.fromkeys(r.scenario for r in records if r.suite == suite)
                          if (split_scenario(sc) or ("", ""))[1] != "tune"]   # in the kind's section instead

@@ -419,7 +419,7 @@ def report_sections(records, fmt, harness) -> list[tuple[str, str]]:
     return report_html.text_sections(records, fmt)
 
 
-def html_sections(records, harness) -> list[tuple[str, str]]:
+def html_sections(records, harness, drawing) -> list[tuple[str, str]]:
     """The HTML report: table and CC/random/held-out bars, the fig. 4 radar, the chosen sequence."""
     from . import report_html
-    return report_html.html_sections(records)
+    return report_html.html_sections(records, drawing)

@@ -42,8 +42,8 @@ RADAR_NOTE = ("CLDyB fig. 4: final AA, AR and ALA on the CC sequence, robustness
               "appendix B.4) is min-max normalised across the methods and inverted: the smallest on the rim.")
 
 
-def html_sections(records: Sequence[RunRecord]) -> list[tuple[str, str]]:
-    text = section(records)
+def html_sections(records: Sequence[RunRecord], drawing) -> list[tuple[str, str]]:
+    text = section(records, drawing)
     return [(TITLE, text)] if text else []
 
 
@@ -55,14 +55,14 @@ def scenarios(records: Iterable[RunRecord]) -> dict[tuple[str, str], list[dict]]
     return dict(out)
 
 
-def section(records: Sequence[RunRecord]) -> str | None:
-    """The CLDyB HTML of ``records``, or None when they hold no searched-sequence evaluation."""
-    from ...reporting import plots
+def section(records: Sequence[RunRecord], drawing) -> str | None:
+    """The CLDyB HTML of ``records``, or None when they hold no searched-sequence evaluation; drawn with
+    ``drawing`` (the page's clharness.kinds.Drawing)."""
     records = list(records)
     groups = scenarios(records)
     if not groups:
         return None
-    colors = plots.method_colors(sorted({row["method"] for rows in groups.values() for row in rows}))
+    colors = drawing.method_colors(sorted({row["method"] for rows in groups.values() for row in rows}))
     out = []
     for (suite, base), rows in groups.items():
         name = f"{suite}::{base}"
@@ -72,8 +72,8 @@ def section(records: Sequence[RunRecord]) -> str | None:
             out.append("<p class='note'>" + "<br>".join(_e(line) for line in lines) + "</p>")
         out.append(f"<p class='note'>{_e(BARS_NOTE)} {_e(interval_note(records, suite, base))}.</p>")
         out.append("<div class='row'>" + _table(["method", *[h for _, h in COLUMNS]], table_rows(rows))
-                   + f"<figure class='cldyb-bars' style='flex:0 1 auto'>{use_case_bars(name, rows)}</figure></div>")
-        out.append(f"<div class='row'>{radar(name, rows, colors)}<div>{sequences_html(records, suite, base)}</div></div>")
+                   + f"<figure class='cldyb-bars' style='flex:0 1 auto'>{use_case_bars(name, rows, drawing)}</figure></div>")
+        out.append(f"<div class='row'>{radar(name, rows, colors, drawing)}<div>{sequences_html(records, suite, base)}</div></div>")
     return "\n".join(out)
 
 
@@ -136,13 +136,13 @@ def comparison_lines(rows: Sequence[dict]) -> list[str]:
     return lines
 
 
-def use_case_bars(name: str, rows: Sequence[dict]) -> str:
+def use_case_bars(name: str, rows: Sequence[dict], drawing) -> str:
     """Per method, a bar for each use case any method was evaluated on (CC, random, held-out)."""
-    from ...reporting.report_svg import Bar, bar_chart
+    Bar = drawing.Bar   # noqa: N806
     present = [s for s in SERIES if any(f"{s[0]}_aa" in r for r in rows)]
     groups = [(r["method"], [Bar(*r.get(f"{key}_aa", (math.nan, math.nan)), color, key, {"method": r["method"]})
                              for key, _, color in present]) for r in rows]
-    return bar_chart(groups, f"{name}: final AA by sequence", "final AA",
+    return drawing.bar_chart(groups, f"{name}: final AA by sequence", "final AA",
                      legend=[(label, color) for _, label, color in present])
 
 
@@ -167,11 +167,10 @@ def radar_table(rows: Sequence[dict]) -> tuple[list[str], dict[str, list[float]]
     return [a[0] for a in axes], values
 
 
-def radar(name: str, rows: Sequence[dict], colors) -> str:
-    from ...reporting import plots
+def radar(name: str, rows: Sequence[dict], colors, drawing) -> str:
     labels, values = radar_table(rows)
-    fig = plots.radar_figure(labels, values, colors)
-    return (f"<figure class='cldyb-radar' style='flex:0 1 auto'>{plots.to_img(fig, f'{name}: CLDyB radar (fig. 4)')}"
+    fig = drawing.radar_figure(labels, values, colors)
+    return (f"<figure class='cldyb-radar' style='flex:0 1 auto'>{drawing.to_img(fig, f'{name}: CLDyB radar (fig. 4)')}"
             f"<figcaption>{_e(RADAR_NOTE)}</figcaption></figure>")
 
 

@@ -8,7 +8,7 @@ ranges are (CIFAR-50-1 = cifar100 [0, 50], CIFAR-50-2 = [50, 100]: high similari
 datasets give low similarity (CIFAR-50-1 -> ImageNet-50-2). Each trial then shuffles the class
 order inside the slice by its seed (Alg. 2 line 8, Alg. 3 line 3: F(Shuffle(D))) and cuts it into
 tasks by ``task_config``: "N-equal" (10 or 20 tasks) or "N-half" (half the classes first, then
-N-1 equal tasks: the paper's 6 tasks). Splitting is clharness.benchmarks.splits.kind.build's.
+N-1 equal tasks: the paper's 6 tasks). Splitting is the ``split`` family's ``build`` (through clharness.kinds.family).
 
 The tuning phase scores on D^HT's validation split (``validation`` of each class's train data,
 held out), never on its test split; the evaluation phase trains on all of D^E's train split and
@@ -23,8 +23,7 @@ import numpy as np
 import torch
 
 from ...data import DatasetSource, load_split
-from ...kinds import ScenarioError
-from ..splits import kind as splits
+from ...kinds import ScenarioError, family
 from . import protocol as gtep
 from . import phases, selection, summary
 
@@ -206,7 +205,8 @@ def build(spec, datasets, seed: int, device: torch.device, data_root=None, downl
     split_spec = replace(spec, kind="split", class_order="seed", num_classes=None,
                          validation=spec.validation if phase == "tune" else 0.0,
                          **task_split(o["task_config"], len(ids), spec.name))
-    scenario = splits.build(split_spec, source, seed, device, data_root, download)
+    # the split family builds it, reached through the contract as the engine reaches it
+    scenario = family(split_spec.kind).build(split_spec, source, seed, device, data_root, download)
     if phase == "tune":   # Alg. 2 line 9: P^HT is measured on D^HT_val, never on its test split
         for task in scenario.tasks:
             if task.val is None or len(task.val) == 0:
@@ -246,11 +246,11 @@ def report_sections(records, fmt, harness) -> list[tuple[str, str]]:
     return [("GTEP: tuning phase (D^HT) vs evaluation phase (D^E), ranked by P^E", text)] if text else []
 
 
-def html_sections(records, harness) -> list[tuple[str, str]]:
+def html_sections(records, harness, drawing) -> list[tuple[str, str]]:
     """The HTML report: one row per method, Kendall tau, the tuned-vs-evaluated slope plot, and the
     per-configuration records collapsed (report_html)."""
     if not any(map(phases.is_gtep, records)):
         return []
     from . import report_html
-    text = report_html.section(records, harness())
+    text = report_html.section(records, drawing, harness())
     return [(report_html.TITLE, text)] if text else []

@@ -17,8 +17,9 @@ from . import phases, search, selection, summary
 TITLE = "GTEP: tuning phase (D^HT) vs evaluation phase (D^E), ranked by P^E"
 
 
-def section(records: Iterable[RunRecord], harness=None) -> str | None:
-    """The GTEP HTML of ``records``, or None when they hold no GTEP runs."""
+def section(records: Iterable[RunRecord], drawing, harness=None) -> str | None:
+    """The GTEP HTML of ``records``, or None when they hold no GTEP runs; drawn with ``drawing`` (the
+    page's clharness.kinds.Drawing)."""
     records = [r for r in records if phases.is_gtep(r)]
     if not records:
         return None
@@ -38,7 +39,7 @@ def section(records: Iterable[RunRecord], harness=None) -> str | None:
                    f"reports); evaluation score: P^E on D^E; both mean ± half-width of the 95% Student-t CI, "
                    f"t_{{0.975, n−1}} · s / √n, over {_e(trial_counts(group, records))}; gap = tuning − evaluation."
                    f"{f' H* tuned on {_e(tuning)}.' if tuning != scenario else ''}</p>")
-        out.append("<div class='row'>" + method_table(group) + slope_svg(group) + "</div>")
+        out.append("<div class='row'>" + method_table(group) + slope_svg(group, drawing) + "</div>")
         out.append(config_details([r for r in records if _tuning_name(r) == tuning]))
     return "\n".join(out)
 
@@ -76,30 +77,28 @@ def method_table(group) -> str:
     return _table(head, method_rows(group))
 
 
-def slope_svg(group, width: int = 360, height: int = 260) -> str:
+def slope_svg(group, drawing, width: int = 360, height: int = 260) -> str:
     """Each method a line from its tuning score (left) to its evaluation score (right); a crossing
     is a change of rank. Plain SVG text, a few hundred bytes a method; the scores ride on each
     line as data attributes. Also written to the report's figure folder (--clh-figures)."""
-    from ...reporting import plots
     ok = group.dropna(subset=["tune_acc", "eval_acc"])
     if ok.empty:
         return ""
-    from ...reporting.report_svg import spread_labels, text_width
     values = [*ok.tune_acc, *ok.eval_acc]
     lo, hi = min(values), max(values)
     pad = max((hi - lo) * 0.08, 0.01)
     lo, hi = lo - pad, hi + pad
     # margins as wide as the longest label, so none runs off the picture
-    margin = int(max(110, 10 + max(text_width(f"{m} 0.000") for m in ok.method)))
+    margin = int(max(110, 10 + max(drawing.text_width(f"{m} 0.000") for m in ok.method)))
     width = max(width, 2 * margin + 140)
     top, bottom, left, right = 24, height - 28, margin, width - margin
     y = lambda v: bottom - (v - lo) / (hi - lo) * (bottom - top)  # noqa: E731
     # labels of close scores moved apart (one line of 11px text each), the picture grown to hold them
     # (the left column shares its place with the axis' hi and lo values)
-    hi_y, lo_y, *left_y = spread_labels([top - 8, bottom + 12, *(y(v) + 4 for v in ok.tune_acc)], 13, 12)
-    right_y = spread_labels([y(v) + 4 for v in ok.eval_acc], 13, 12)
+    hi_y, lo_y, *left_y = drawing.spread_labels([top - 8, bottom + 12, *(y(v) + 4 for v in ok.tune_acc)], 13, 12)
+    right_y = drawing.spread_labels([y(v) + 4 for v in ok.eval_acc], 13, 12)
     height = max(height, int(max(lo_y, *left_y, *right_y)) + 28)
-    colors = plots.method_colors(sorted(group.method))
+    colors = drawing.method_colors(sorted(group.method))
     parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
              f"viewBox='0 0 {width} {height}' font-size='11' font-family='sans-serif' role='img'>",
              f"<title>{_e(group.suite.iloc[0])}::{_e(group.scenario.iloc[0])}: tuned vs evaluated final accuracy</title>",
@@ -119,7 +118,7 @@ def slope_svg(group, width: int = 360, height: int = 260) -> str:
                      f"<text x='{left - 6}' y='{left_y[k]:.1f}' text-anchor='end' fill='{c}'>{_e(r.method)} {r.tune_acc:.3f}</text>"
                      f"<text x='{right + 6}' y='{right_y[k]:.1f}' fill='{c}'>{r.eval_acc:.3f} {_e(r.method)}</text>")
     parts.append("</svg>")
-    plots.export_svg("".join(parts), f"{group.suite.iloc[0]}::{group.scenario.iloc[0]}: GTEP slope")
+    drawing.export_svg("".join(parts), f"{group.suite.iloc[0]}::{group.scenario.iloc[0]}: GTEP slope")
     return f"<figure>{''.join(parts)}<figcaption>Final accuracy of each method's H* in the tuning phase (left) " \
            f"and the evaluation phase (right); crossing lines are rank changes.</figcaption></figure>"
 

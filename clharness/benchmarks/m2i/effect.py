@@ -106,10 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...reporting.report import ReportError, load_records
+    from ...results import NoRecords, read_records
     try:
-        records = load_records(args.results, args.suite)
-    except ReportError as exc:
+        records = read_records(args.results, args.suite)
+    except NoRecords as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     rows = curriculum_effect(records, args.metric or DEFAULT_METRICS)

@@ -243,17 +243,17 @@ def report_sections(records, fmt, harness) -> list[tuple[str, str]]:
     return report_html.text_sections(records, fmt)
 
 
-def html_sections(records, harness) -> list[tuple[str, str]]:
+def html_sections(records, harness, drawing) -> list[tuple[str, str]]:
     """The HTML report: the effect table with one bar chart per metric, and the M2I / I2M heatmaps."""
     from . import report_html
-    return report_html.html_sections(records)
+    return report_html.html_sections(records, drawing)
 
 
-def page_html_sections(records, page, harness) -> list[tuple[str, str]]:
+def page_html_sections(records, page, harness, drawing) -> list[tuple[str, str]]:
     """As html_sections, for one suite of a page: its runs paired with the other direction's runs of
     any suite of the page (an ``m2i`` suite with an ``i2m`` suite), each pair drawn once."""
     from . import report_html
-    return report_html.html_sections(records, page)
+    return report_html.html_sections(records, drawing, page)
 
 
 def terminal_summary(clh, terminalreporter) -> None:

@@ -101,12 +101,13 @@ def paper_table(rows: Sequence[dict], fmt: str = "github") -> str:
     return tabulate(body, headers=head, tablefmt=fmt)
 
 
-def html_sections(records: Sequence[RunRecord], page: Sequence[RunRecord] | None = None) -> list[tuple[str, str]]:
+def html_sections(records: Sequence[RunRecord], drawing, page: Sequence[RunRecord] | None = None
+                  ) -> list[tuple[str, str]]:
     out = []
     rows = paper_rows(records)
     if rows:
         out.append((PAPER_TITLE, f"<p class='note'>{_e(PAPER_NOTE)}</p>" + paper_table(rows, "html")))
-    text = section(records, page)
+    text = section(records, drawing, page)
     return out + ([(TITLE, text)] if text else [])
 
 
@@ -119,11 +120,11 @@ def text_sections(records: Sequence[RunRecord], fmt: str) -> list[tuple[str, str
     return out + ([(TEXT_TITLE, effect.render(rows, fmt))] if rows else [])
 
 
-def section(records: Sequence[RunRecord], page: Sequence[RunRecord] | None = None) -> str | None:
+def section(records: Sequence[RunRecord], drawing, page: Sequence[RunRecord] | None = None) -> str | None:
     """The M2I / I2M HTML of ``records``, or None when they hold no curriculum run. With ``page``
     (every record of the page, ``records`` one suite of it), pairs are formed over the page: a pair
-    spanning suites is drawn under the first of them in page order, linked from the others."""
-    from ...reporting import plots
+    spanning suites is drawn under the first of them in page order, linked from the others. Drawn with
+    ``drawing`` (the page's clharness.kinds.Drawing)."""
     own_suites = {r.suite for r in records}
     order = list(dict.fromkeys(r.suite for r in (records if page is None else page)))
     runs = {key: group for key, group in curriculum_runs(records if page is None else page).items()
@@ -132,7 +133,7 @@ def section(records: Sequence[RunRecord], page: Sequence[RunRecord] | None = Non
         return None
     rows = effect.curriculum_effect([r for group in runs.values() for by_dir in group.values()
                                      for rs in by_dir.values() for r in rs], METRICS)
-    colors = plots.method_colors(sorted({m for group in runs.values() for m, _ in group}))
+    colors = drawing.method_colors(sorted({m for group in runs.values() for m, _ in group}))
     out = []
     for (suite, scenario, setting), group in runs.items():
         name = pair_name(group)
@@ -147,10 +148,10 @@ def section(records: Sequence[RunRecord], page: Sequence[RunRecord] | None = Non
         mine = [r for r in rows if (r["suite"], r["scenario"], r["setting"]) == (suite, scenario, setting)]
         if mine:
             out.append(f"<p class='note'>{_e(EFFECT_NOTE)}</p>")
-            out.append("<div class='row'>" + effect_table(mine) + effect_bars(mine, colors) + "</div>")
+            out.append("<div class='row'>" + effect_table(mine) + effect_bars(mine, colors, drawing) + "</div>")
         else:
             out.append("<p class='bad'>no seed ran in both orders: no curriculum effect.</p>")
-        out.append(heatmaps(name, group))
+        out.append(heatmaps(name, group, drawing))
     return "\n".join(out)
 
 
@@ -177,21 +178,21 @@ def effect_table(rows: Sequence[dict]) -> str:
             + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in body) + "</table>")
 
 
-def effect_bars(rows: Sequence[dict], colors) -> str:
+def effect_bars(rows: Sequence[dict], colors, drawing) -> str:
     """One SVG bar chart per metric: a bar per method (its effect, CI as an error bar). A metric
     whose effect is NaN for every method (e.g. FWT without its baseline) gets no chart."""
-    from ...reporting.report_svg import Bar, bar_chart, hex_color
+    Bar = drawing.Bar   # noqa: N806
     charts = []
     for metric in dict.fromkeys(r["metric"] for r in rows):
         mine = [r for r in rows if r["metric"] == metric]
         if all(math.isnan(r["effect"]) for r in mine):
             continue
         label = METRIC_NAMES.get(metric, metric)
-        groups = [(r["method"], [Bar(r["effect"], r["effect_ci"], hex_color(colors[r["method"]]),
+        groups = [(r["method"], [Bar(r["effect"], r["effect_ci"], drawing.hex_color(colors[r["method"]]),
                                                 "M2I − I2M", {"metric": metric, "method": r["method"]})])
                   for r in mine]
         charts.append(f"<div class='m2i-effect-bars' data-metric='{_e(metric)}'>"
-                      + bar_chart(groups, f"{label}: M2I − I2M", f"Δ {label}", height=210, bar_width=22)
+                      + drawing.bar_chart(groups, f"{label}: M2I − I2M", f"Δ {label}", height=210, bar_width=22)
                       + "</div>")
     if not charts:
         return ""
@@ -200,25 +201,24 @@ def effect_bars(rows: Sequence[dict], colors) -> str:
             "(the effect table's seeds column).</figcaption></figure>")
 
 
-def heatmaps(name: str, group: dict) -> str:
+def heatmaps(name: str, group: dict, drawing) -> str:
     """One figure: per (method, hyperparameters) of the group, its M2I and I2M mean matrices."""
-    from ...reporting import plots
     panels = []
     several = defaultdict(int)
     for method, _ in group:
         several[method] += 1
     for (method, hparams), by_dir in sorted(group.items()):
         label = method if several[method] == 1 else f"{method} {_short_hparams(hparams)}"
-        pair = {d: (plots.mean_matrix(rs), len(rs), task_labels(rs[0])) for d, rs in by_dir.items()
+        pair = {d: (drawing.mean_matrix(rs), len(rs), task_labels(rs[0])) for d, rs in by_dir.items()
                 if any(r.acc_matrix for r in rs)}
         if pair:
             panels.append((label, pair))
     if not panels:
         return "<p class='bad'>no accuracy matrices stored.</p>"
-    fig = heatmap_pairs_figure(panels)
+    fig = heatmap_pairs_figure(panels, drawing.DPI)
     alt = f"{name}: M2I and I2M accuracy matrices"
     return (f"<figure class='m2i-heatmaps' data-methods='{_e(json.dumps([p[0] for p in panels]))}'>"
-            f"{plots.to_img(fig, alt, tight=False)}<figcaption>{_e(HEATMAP_NOTE)}</figcaption></figure>")
+            f"{drawing.to_img(fig, alt, tight=False)}<figcaption>{_e(HEATMAP_NOTE)}</figcaption></figure>")
 
 
 def task_labels(record: RunRecord) -> list[str]:
@@ -232,18 +232,17 @@ def task_labels(record: RunRecord) -> list[str]:
     return [SHORT.get(n, n[:10]) for n in names]
 
 
-def heatmap_pairs_figure(panels: Sequence[tuple[str, dict]]):
-    """Two methods a row, each as its M2I panel beside its I2M panel; one colour bar (0-1)."""
+def heatmap_pairs_figure(panels: Sequence[tuple[str, dict]], dpi: int):
+    """Two methods a row, each as its M2I panel beside its I2M panel; one colour bar (0-1); ``dpi``: the
+    page's (Drawing.DPI)."""
     from matplotlib import colormaps
     from matplotlib.figure import Figure
-
-    from ...reporting.plots import DPI
     per_row = 1 if len(panels) == 1 else 2
     rows = math.ceil(len(panels) / per_row)
     side, left, top, bottom, pair_gap, bar = 1.75, 0.72, 0.34, 0.62, 0.3, 0.8
     width = per_row * (2 * (left + side) + pair_gap) + bar
     height = rows * (top + side + bottom)
-    fig = Figure(figsize=(width, height), dpi=DPI)
+    fig = Figure(figsize=(width, height), dpi=dpi)
     cmap = colormaps["viridis"].with_extremes(bad="#dddddd")
     image = None
     for k, (label, pair) in enumerate(panels):

@@ -340,8 +340,8 @@ def report_sections(records, fmt, harness) -> list[tuple[str, str]]:
     return report.text_sections(records, fmt)
 
 
-def html_sections(records, harness) -> list[tuple[str, str]]:
+def html_sections(records, harness, drawing) -> list[tuple[str, str]]:
     """The HTML report: Table 1, the runs' streams (figs. 2 and 4), information retention along the
     stream, ER's loss along the stream (fig. 5) (report.py)."""
     from . import report
-    return report.html_sections(records)
+    return report.html_sections(records, drawing)

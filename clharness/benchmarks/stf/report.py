@@ -118,32 +118,32 @@ def write_scorecard(path, records: Sequence[RunRecord]) -> None:
             fh.write("".join(f"\n## {title}\n\n{text}\n" for title, text in sections))
 
 
-def html_sections(records: Sequence[RunRecord]) -> list[tuple[str, str]]:
-    parts = [suite_html(suite, scenarios) for suite, scenarios in by_suite(records).items()]
+def html_sections(records: Sequence[RunRecord], drawing) -> list[tuple[str, str]]:
+    parts = [suite_html(suite, scenarios, drawing) for suite, scenarios in by_suite(records).items()]
     return [(TITLE, "\n".join(parts))] if parts else []
 
 
-def suite_html(suite: str, scenarios: dict[str, dict[str, list[RunRecord]]]) -> str:
-    from ...reporting import plots as report_plots
+def suite_html(suite: str, scenarios: dict[str, dict[str, list[RunRecord]]], drawing) -> str:
+    """One suite's Table 1 and figures, drawn with ``drawing`` (the page's clharness.kinds.Drawing)."""
     from . import plots
     head, rows = table(scenarios)
     out = [f"<h3>{_e(suite)}: STF Table 1</h3>", _table(head, rows), f"<p class='note'>{_e(TABLE_NOTE)}</p>"]
     figures = []
     streams, seed = plots.scenario_streams(scenarios, MAX_STREAMS)
     if streams:
-        figures.append(_figure(plots.stream_figure(streams), f"{suite}: class frequencies along the stream "
+        figures.append(_figure(drawing, plots.stream_figure(streams), f"{suite}: class frequencies along the stream "
                                "(figs. 2 and 4)", STREAM_NOTE.format(seed=seed)))
-    curves = {sc: retention_curves(runs) for sc, runs in scenarios.items()}
+    curves = {sc: retention_curves(runs, drawing) for sc, runs in scenarios.items()}
     curves = {sc: c for sc, c in curves.items() if c}
     if curves:
-        colors = report_plots.method_colors(sorted({m for c in curves.values() for m in c}))
-        figures.append(_figure(plots.retention_figure(curves, colors),
+        colors = drawing.method_colors(sorted({m for c in curves.values() for m in c}))
+        figures.append(_figure(drawing, plots.retention_figure(curves, colors),
                                f"{suite}: information retention along the stream", RETENTION_NOTE))
     losses = {sc: loss_curves(runs.get(LOSS_METHOD, [])) for sc, runs in scenarios.items()}
     losses = {sc: c for sc, c in losses.items() if c}
     if losses:
         windows = max(len(y) for c in losses.values() for _, (_, y) in c.items())
-        figures.append(_figure(plots.loss_figure(losses), f"{suite}: ER's training loss along the stream (fig. 5)",
+        figures.append(_figure(drawing, plots.loss_figure(losses), f"{suite}: ER's training loss along the stream (fig. 5)",
                                LOSS_NOTE.format(windows=windows)))
     missing = [what for what, ok in (("streams", streams), ("retention curves", curves),
                                      ("ER loss curves", losses)) if not ok]
@@ -154,10 +154,9 @@ def suite_html(suite: str, scenarios: dict[str, dict[str, list[RunRecord]]]) -> 
     return "\n".join(out)
 
 
-def retention_curves(runs: dict[str, list[RunRecord]]) -> dict[str, tuple]:
+def retention_curves(runs: dict[str, list[RunRecord]], drawing) -> dict[str, tuple]:
     """{method: (x, mean, lo, hi)}: information retention at each evaluation point over the seeds whose
     points match the first seed's (x = fraction of the stream observed)."""
-    from ...reporting.plots import mean_band
     out = {}
     for method, rs in runs.items():
         with_curve = [r for r in rs if r.extra.get("info_retention") and r.extra.get("eval_at")]
@@ -165,7 +164,7 @@ def retention_curves(runs: dict[str, list[RunRecord]]) -> dict[str, tuple]:
             continue
         x = with_curve[0].extra["eval_at"]
         values = np.array([_floats(r.extra["info_retention"]) for r in with_curve if r.extra["eval_at"] == x])
-        out[method] = (np.array(x, dtype=float), *mean_band(values))
+        out[method] = (np.array(x, dtype=float), *drawing.mean_band(values))
     return out
 
 
@@ -184,9 +183,8 @@ def _floats(values) -> np.ndarray:
     return np.array([math.nan if v is None else v for v in values], dtype=float)   # null = NaN
 
 
-def _figure(fig, alt: str, note: str) -> str:
-    from ...reporting.plots import to_img
-    return f"<figure>{to_img(fig, alt)}<figcaption><b>{_e(alt)}</b>. {_e(note)}</figcaption></figure>"
+def _figure(drawing, fig, alt: str, note: str) -> str:
+    return f"<figure>{drawing.to_img(fig, alt)}<figcaption><b>{_e(alt)}</b>. {_e(note)}</figcaption></figure>"
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
