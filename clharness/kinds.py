@@ -13,6 +13,8 @@ a family is a ``Family`` subclass instance or a module defining some of those na
 reads them once). The engine and the front ends call a family only through ``family(kind)``.
 A kind's ``cli`` module (optional, kept light: no torch) adds its ``clharness`` subcommands:
     add_commands(subparsers) -> {command: run(args) -> exit code}
+(a command reads a results store by ``clharness.results.read_records``). A family's HTML sections draw
+with the ``Drawing`` the report hands them; a family imports no reporting, engine or front-end module.
 docs/families.md shows the smallest complete family.
 """
 from __future__ import annotations

@@ -1069,6 +1069,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "    out = {}\n    for method, rs in runs.items():",
              "    from ...reporting.plots import mean_band  # noqa: F401\n    out = {}\n    for method, rs in runs.items():",
              ("tests/test_layers.py::test_families_import_only_the_contract_toolkit_data_and_their_own_package",)),
+    Mutation("layout-map-omits-a-top-level-module", "README.md",
+             "outcomes.py (how a unit ends), state_guard.py (evaluation never changes a method);",
+             "outcomes.py (how a unit ends);",
+             ("tests/test_layout_maps.py::test_layout_map_names_every_top_level_module",)),
 )
 
 

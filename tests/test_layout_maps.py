@@ -1,7 +1,8 @@
 """README's and docs/api.md's layout maps name every package under clharness/ (issue 37 item 7).
 
 Each package folder (one with an __init__.py) must appear in both maps as ``NAME/`` inside the
-"Where things live" code block, so a new package cannot be left off the maps again.
+"Where things live" code block, and each module at the top of clharness/ by its name (``NAME.py``, or
+``NAME`` as the pytest entry point's modules are listed), so neither can be left off the maps again.
 """
 import re
 from pathlib import Path
@@ -34,3 +35,18 @@ def test_layout_map_names_every_package(doc):
     text = layout_map(ROOT / doc)
     missing = [p for p in packages() if not re.search(rf"(?<![\w-]){re.escape(p.rsplit('/', 1)[-1])}/", text)]
     assert not missing, f"{doc}'s layout map does not name {missing} (as NAME/): add a line for each"
+
+
+def top_level_modules() -> list[str]:
+    return sorted(p.stem for p in (ROOT / "clharness").glob("*.py") if p.stem != "__init__")
+
+
+def test_top_level_modules_are_found():
+    assert {"kinds", "scenario_spec", "outcomes", "state_guard", "builtin", "pytest_collect"} <= set(top_level_modules())
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/api.md"])
+def test_layout_map_names_every_top_level_module(doc):
+    text = layout_map(ROOT / doc).replace("clharness/", "")   # a module in a subfolder (engine/plan.py) is not one
+    missing = [m for m in top_level_modules() if not re.search(rf"(?<![\w/-]){re.escape(m)}(\.py)?(?![\w-])", text)]
+    assert not missing, f"{doc}'s layout map does not name the modules {missing}: add them to its clharness/ lines"
