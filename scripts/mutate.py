@@ -1073,6 +1073,15 @@ MUTATIONS: tuple[Mutation, ...] = (
              "outcomes.py (how a unit ends), state_guard.py (evaluation never changes a method);",
              "outcomes.py (how a unit ends);",
              ("tests/test_layout_maps.py::test_layout_map_names_every_top_level_module",)),
+    # A-GEM's sampling="per-task-cycle" (issue 40): Avalanche's loader ends a task's pass with a short chunk
+    # and starts every task's walk over when a task's memory is added
+    Mutation("agem-cycle-drops-the-short-chunk", "methods/agem.py",
+             "start = cursor[t] if cursor[t] < len(y) else 0", "start = cursor[t] if cursor[t] + size <= len(y) else 0",
+             ("tests/test_agem_sampling.py::test_per_task_cycle_walks_each_tasks_memory_in_order_with_a_short_last_chunk_then_restarts",)),
+    Mutation("agem-cycle-keeps-walking-after-a-new-task", "methods/agem.py",
+             "            cursor = [0] * len(self.memory.tasks)\n",
+             "            cursor = cursor + [0] * (len(self.memory.tasks) - len(cursor))\n",
+             ("tests/test_agem_sampling.py::test_per_task_cycle_restarts_every_walk_when_a_task_is_added",)),
 )
 
 
