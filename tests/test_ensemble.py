@@ -20,7 +20,6 @@ import sklearn.model_selection  # noqa: F401
 from clharness.engine.ensemble_members import _Member
 from clharness.engine.ensemble_step import _train_task
 from clharness.engine.ensemble_policy import why_solo
-from clharness.engine.flops import NOT_COUNTED
 from clharness.method import Context, Setting
 from clharness.toolkit.backbones import MLP
 from mini_suite import mini_suite, paused_members
@@ -49,8 +48,9 @@ def test_members_equal_their_solo_runs(tmp_path, method):
         assert np.array_equal(a.acc_matrix, b.acc_matrix, equal_nan=True)
         assert a.task_sizes == b.task_sizes and a.class_order == b.class_order
         assert "executor" not in a.extra and b.extra["executor"] == "ensemble:3"
-        # FLOPs: a member's training ran outside its meter, so it says it is not counted; evaluation is its own
-        assert a.train_gflops > 0 and b.train_gflops is None and b.extra["flops"] == NOT_COUNTED
+        # FLOPs (issue 41): a member's training counts what its solo run counts, exactly (hand-batched steps by
+        # their solo step's count, engine.flops.StepLedger; each member's own forward and backward by its meter)
+        assert b.train_gflops == a.train_gflops > 0 and "flops" not in b.extra
         assert b.eval_gflops == a.eval_gflops > 0
     assert len({tuple(np.ravel(r.acc_matrix)) for r in ens}) == 3   # three different members, not one copied
 
@@ -419,6 +419,7 @@ def test_members_equal_their_solo_runs_other_options(method, hp, scenario):
     for a, b in zip(solo, ens):
         assert a.status == b.status == "passed" and a.key == b.key and b.extra["executor"] == "ensemble:3"
         assert np.array_equal(a.acc_matrix, b.acc_matrix, equal_nan=True)
+        assert (b.train_gflops, b.eval_gflops) == (a.train_gflops, a.eval_gflops) and a.train_gflops > 0
 
 
 MINI = mini_suite(seeds=2, hidden=32, task_il=True)
@@ -536,4 +537,6 @@ def test_members_are_bit_identical_to_their_solo_runs_on_each_backbone(backbone)
     for a, b in zip(solo, ens):
         assert a.status == b.status == "passed" and b.extra["executor"] == "ensemble:2"
         assert a.key == b.key and a.acc_matrix == b.acc_matrix
+        # and the same FLOPs (issue 41): the MLP's batched steps by their solo step's count, the cnn's per member
+        assert (b.train_gflops, b.eval_gflops) == (a.train_gflops, a.eval_gflops) and a.train_gflops > 0
     assert solo[0].acc_matrix != solo[1].acc_matrix

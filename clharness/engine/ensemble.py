@@ -61,8 +61,9 @@ ensembles are grouped with ``--dist loadgroup`` (plain ``-n`` keeps ``--dist loa
 saying so); the Ray backend batches only under the option, by seed (``ensembles`` without a session).
 
 Declared differences from a solo run (none in the numbers): ``train_seconds`` is the member's share of the
-ensemble's training time (the whole ensemble's in ``extra["ensemble_train_seconds"]``); training FLOPs are
-not counted; the non-finite-loss guard checks every step on every device (a solo CUDA run checks every 50).
+ensemble's training time (the whole ensemble's in ``extra["ensemble_train_seconds"]``); the FLOPs are the solo
+run's, counted as engine/flops.py says; the non-finite-loss guard checks every step on every device (a solo
+CUDA run checks every 50).
 """
 from __future__ import annotations
 

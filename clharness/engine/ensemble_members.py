@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..method import MethodError
+from . import flops
 from .ensemble_policy import _steps
 
 _local = threading.local()
@@ -41,6 +42,7 @@ class _Member:
         self.done = False
         self.step = None     # this task's (prepare, loss name, after), _step; None: the method's loss
         self.rng = None      # its global random streams while paused
+        self.counting = None  # what counts its run's FLOPs (engine.flops.counting_here), lent while paused
         self.train_seconds = 0.0     # its share of the ensemble's training time
         self.ensemble_seconds = 0.0  # the ensemble's training time while it was a member
 
@@ -54,14 +56,16 @@ class _Member:
 
 
 def _in_member(member: _Member, f, *args):
-    """``f(*args)``, the member's own Python (a replay draw, a store), in the member's random streams."""
-    if member.rng is None:   # not paused (a test drives _train_task directly)
-        return f(*args)
-    _set_rng(member.rng)
-    try:
-        return f(*args)
-    finally:
-        member.rng = _rng_state()
+    """``f(*args)``, the member's own Python (its loss, a replay draw, a store), in the member's random streams,
+    its FLOPs counted by the member's own meters (``flops.counting_as``: as its solo run counts them)."""
+    with flops.counting_as(member.counting):
+        if member.rng is None:   # not paused (a test drives _train_task directly)
+            return f(*args)
+        _set_rng(member.rng)
+        try:
+            return f(*args)
+        finally:
+            member.rng = _rng_state()
 
 
 def _step(method, loss_fn):
@@ -89,6 +93,7 @@ def _fit_hook(original):
                               "the default loss (or one its ensemble_steps declare), parameters and trainer; run it "
                               "without --clh-ensemble")
         member.method, member.batches, member.step = self, batches, step
+        member.counting = flops.counting_here()   # its run's meters, for the work done for it while it waits
         member.pause()
         error, member.error = member.error, None
         if error is not None:

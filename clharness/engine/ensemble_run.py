@@ -10,7 +10,6 @@ import torch
 from ..method import MethodError
 from .ensemble_members import _fit_hook, _local, _Member
 from .ensemble_step import _train_task
-from .flops import NOT_COUNTED
 
 
 def run_ensemble(cases: list, harness, device: torch.device, data_root=None, download: bool = False,
@@ -80,12 +79,11 @@ def _train_rounds(members: list[_Member]) -> None:
 
 
 def _stamped(members: list[_Member]) -> list:
-    """The members' records, each saying it ran in an ensemble of E, with its share of the training time."""
+    """The members' records, each saying it ran in an ensemble of E, with its share of the training time (its
+    FLOPs are its solo run's: counted by its own meter, ensemble_step)."""
     E = len(members)
     for m in members:
         m.record.extra["executor"] = f"ensemble:{E}"
         m.record.extra["ensemble_train_seconds"] = m.ensemble_seconds
         m.record.train_seconds = m.train_seconds
-        # its fit ran in this thread, outside its own FLOP meter (engine.flops): no training count, never a wrong one
-        m.record.train_gflops, m.record.extra["flops"] = None, NOT_COUNTED
     return [m.record for m in members]

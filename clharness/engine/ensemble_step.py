@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from ..method import Diverged, MethodError
+from . import flops
 from .ensemble_members import _in_member, _Member
 from .ensemble_policy import _state_names
 
@@ -162,6 +163,21 @@ class _Task:
                                                  for n in ("loss", "cross_entropy"))
         self.batched = _stacked_forward(self.models[0]) if not names and plain else None
         self.alive = [m.error is None for m in members]
+        self.ledgers = [flops.StepLedger() for _ in members]   # each member's batched steps, as its solo steps count
+        self.solo_steps: dict[tuple, int] = {}                  # batch shape -> FLOPs of one solo step
+        self.roots: dict[int, torch.Tensor] = {}               # this step's own-forward losses, by member
+
+    def solo_step_flops(self, e: int, x: torch.Tensor, y: torch.Tensor) -> int:
+        """FLOPs of member ``e``'s solo step on a batch of this shape (SupervisedMethod.loss: the model's forward
+        and backward; its cross-entropy and task mask count nothing), measured on a copy of its model, in a
+        forked random stream: no effect on any member's weights, gradients or draws. Once per shape and task: the
+        members' models differ in their values only."""
+        key = (tuple(x.shape), tuple(y.shape))
+        if key not in self.solo_steps:
+            model = copy.deepcopy(self.models[e]).train()
+            with torch.random.fork_rng(devices=[]):
+                self.solo_steps[key] = flops.train_step_flops(model, F.cross_entropy, x, y)
+        return self.solo_steps[key]
 
     def member_loss(self, i: int, e: int, P, B, G, S, args):
         """Member ``e``'s loss (row ``i`` of its group's stacks) by its method's own loss on a view of its
@@ -183,12 +199,17 @@ class _Task:
         if self.batched is not None and _batched_exactly(A[0]):
             from ..toolkit.training import NEG
             X, Y = A
+            for i, e in enumerate(idx):   # the count of each member's solo step of this shape (measured once)
+                self.ledgers[e].record((tuple(X.shape[1:]), tuple(Y.shape[1:])),
+                                       lambda: self.solo_step_flops(e, X[i], Y[i]))
             logits = self.batched(P, X)                                   # (E, N, C)
             if self.task_il:
                 G = G["group"]
                 logits = logits.masked_fill(G.gather(1, Y)[:, :, None] != G[:, None, :], NEG)
             return torch.stack([F.cross_entropy(logits[i], Y[i]) for i in range(len(idx))])
         results = [self.member_loss(i, e, P, B, G, S, A) for i, e in enumerate(idx)]
+        for e, result in zip(idx, results):   # their backward is counted per member (flops.charged_backward)
+            self.roots[e] = result[0] if isinstance(result, tuple) else result
         if isinstance(results[0], tuple):   # (loss, out): DER++'s step logits
             return tuple(torch.stack(parts) for parts in zip(*results))
         return torch.stack(results)
@@ -233,6 +254,7 @@ class _Task:
         members whose arguments differ in shape (a ragged last batch) are grouped by shape."""
         active = [e for e, b in enumerate(batch) if b is not None]
         parts = self.parts
+        self.roots = {}
         args = {e: _in_member(self.members[e], parts[e][0], *batch[e]) if parts[e] else batch[e] for e in active}
         by_shape: dict[tuple, list[int]] = {}
         for e in active:
@@ -253,6 +275,14 @@ class _Task:
                 total = part if total is None else total + part
         return moved, total
 
+    def backward(self, moved: list[int], total) -> None:
+        """One backward of the moved members' summed losses; each member's own-forward part counted by its own
+        meters (a batched step's by its ledger)."""
+        counted = [(self.members[e].counting, self.roots[e]) for e in moved
+                   if e in self.roots and self.members[e].counting is not None]
+        with flops.charged_backward(counted):
+            total.backward()
+
     def apply(self, moved: list[int], total) -> None:
         """The step's optimizer arithmetic: each member's own trainer, or the shared optimizer over the
         stack; a member that did not move (out of batches, diverged) keeps its weights either way."""
@@ -260,7 +290,7 @@ class _Task:
             if total is not None:
                 for e in moved:
                     self.own[e].optimizer.zero_grad(set_to_none=True)
-                total.backward()
+                self.backward(moved, total)
                 for e in moved:
                     _member_step(self.own[e])
             return
@@ -270,7 +300,7 @@ class _Task:
             kept = {k: p.detach().index_select(0, at).clone() for k, p in self.params.items()}
         if total is not None:
             self.optimizer.zero_grad(set_to_none=True)
-            total.backward()
+            self.backward(moved, total)
             self.optimizer.step()
         if still:
             with torch.no_grad():
@@ -322,9 +352,24 @@ def _train_task(members: list[_Member]) -> None:
     t0 = time.perf_counter()
     task = _Task(members)
     iters = [iter(m.batches) for m in members]
+    try:
+        _steps(task, members, iters)
+    finally:   # each member's batched steps, counted as its solo steps (engine.flops: StepLedger)
+        for member, ledger in zip(members, task.ledgers):
+            flops.charge(member.counting, ledger.total_flops)
+    task.write_back()
+    spent = time.perf_counter() - t0
+    for m in members:
+        m.train_seconds += spent / len(members)
+        m.ensemble_seconds += spent
+
+
+def _steps(task: _Task, members: list[_Member], iters: list) -> None:
+    """The task's steps, until every member's batches have run out (drawn in the member's own count: an
+    augmentation's work is its run's)."""
     steps = 0
     while True:
-        batch = [next(iters[e], None) if task.alive[e] else None for e in range(len(members))]
+        batch = [_next(members[e], iters[e]) if task.alive[e] else None for e in range(len(members))]
         batch = [None if b is None else tuple(b) for b in batch]   # (x, y) pairs or Batch objects
         for e, b in enumerate(batch):
             if b is None:
@@ -333,11 +378,11 @@ def _train_task(members: list[_Member]) -> None:
             break
         task.apply(*task.step_losses(batch, steps))
         steps += 1
-    task.write_back()
-    spent = time.perf_counter() - t0
-    for m in members:
-        m.train_seconds += spent / len(members)
-        m.ensemble_seconds += spent
+
+
+def _next(member: _Member, batches):
+    with flops.counting_as(member.counting):
+        return next(batches, None)
 
 
 def _stacked_forward(model: torch.nn.Module):

@@ -18,12 +18,23 @@ built-in optimizers' updates (elementwise, nothing to count) run with the meters
 steps' shapes. Features a frozen backbone's shared cache serves from another run are charged to the run
 as if it had computed them (``toolkit.feature_cache.counted_run``), so no count depends on run order.
 
-The mode is thread-local: work another thread does is not seen (seed ensembles train their members
-in the coordinator's thread, so their records say training FLOPs were not counted: ``NOT_COUNTED``).
+The mode is thread-local: work another thread does is not seen unless it is counted for the run. A seed
+ensemble (engine.ensemble_step) trains its paused members in the coordinator's thread, and each member's record
+holds exactly its solo run's count: its own construction, evaluation and work around ``fit`` run in its own
+thread; a hand-batched step (one ``baddbmm`` per Linear for every member) is charged, per member, the count of
+the solo step of that batch shape (``StepLedger``: measured once per shape on a copy of a member's model, with
+no effect on any member's weights, gradients or random streams); a step each member runs by its own forward
+is counted in the member's own meters (``counting_as``: the paused thread's meters entered in the coordinator
+for the member's loss, its replay draw, its batches), and the one backward over the members' summed losses is
+split by graph node (``charged_backward``: a node only one member's loss reaches is that member's). A remote
+worker's count (a CLDyB look-ahead candidate valued on Ray) is added to the run that asked (``add_here``).
+A protocol step that is not a case (a CLDyB search) is counted whole by the session (``FamilySession.counted``):
+the training of every method it runs, clones included, and its evaluation (validation accuracies, probe features).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections import Counter
 from typing import Callable, Hashable, Iterator
@@ -34,6 +45,7 @@ from torch.utils._python_dispatch import (TorchDispatchMode, _disable_current_mo
                                          _get_current_dispatch_mode_stack)
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
+from ..toolkit import feature_cache
 from ..toolkit.feature_cache import counted_run
 
 
@@ -88,9 +100,6 @@ class StepLedger:
     def gflops(self) -> float:
         return self.total_flops / 1e9
 
-
-# why a record's training FLOPs are None (record.extra["flops"]); eval FLOPs stay counted
-NOT_COUNTED = "training FLOPs not counted: trained as a member of a batched seed ensemble (--clh-ensemble)"
 
 _local = threading.local()   # the meters of this thread, innermost last
 _aten = torch.ops.aten
@@ -277,3 +286,129 @@ def evaluating() -> Iterator[None]:
         return
     with meters[-1].evaluating():
         yield
+
+
+# ------------------------------------------------------------------ work done for another thread's run
+@dataclasses.dataclass(frozen=True)
+class Counting:
+    """What counts a thread's work at one moment: its meters (outermost first) and the feature cache's counted
+    run (``feature_cache.current_run``). Taken by ``counting_here`` in the thread whose run it is."""
+    meters: tuple
+    cache_run: object = None
+
+
+def counting_here() -> Counting | None:
+    """What counts this thread's work now, for another thread to count work it does for this run while this
+    thread waits (``counting_as``); None when no meter is entered."""
+    meters = tuple(_stack())
+    return Counting(meters, feature_cache.current_run()) if meters else None
+
+
+@contextlib.contextmanager
+def counting_as(counting: Counting | None) -> Iterator[None]:
+    """Count what runs in this thread as ``counting``'s thread counts it: its meters' modes entered here (over
+    this thread's own), its ``evaluating()`` marks, its feature-cache charges. The owning thread must be waiting
+    (a paused ensemble member: engine.ensemble_members), as the meters are not shared between running threads.
+    None: nothing counted."""
+    if counting is None:
+        yield
+        return
+    saved = _stack()
+    _local.meters = [*saved, *counting.meters]
+    entered = []
+    try:
+        with feature_cache.counted_as(counting.cache_run):
+            for meter in counting.meters:
+                meter._mode.__enter__()
+                entered.append(meter)
+            yield
+    finally:
+        _resume_counting()           # an optimizer step that raised left the meters paused
+        for meter in reversed(entered):
+            meter._mode.__exit__(None, None, None)
+        _local.meters = saved
+
+
+def charge(counting: Counting | None, flops: int) -> None:
+    """``flops`` computed for ``counting``'s run by another computation (a seed ensemble's batched step, counted
+    as its solo step: ``StepLedger``), added to each of its meters as its own thread would have counted them."""
+    for meter in (counting.meters if counting is not None else ()):
+        meter.add(flops)
+
+
+class _Charging(TorchDispatchMode):
+    """Counts each op into the tally of the run whose graph node is running (``charged_backward``)."""
+
+    def __init__(self, runs: int) -> None:
+        super().__init__()
+        self.tallies = [_CountingMode() for _ in range(runs)]
+        self.shared = _CountingMode()   # nodes two runs' losses reach: must count nothing
+        self.now = threading.local()    # the running node's owner (the engine's thread for the device)
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        owner = getattr(self.now, "owner", None)
+        if owner is None:   # a node no listed loss reaches (counted otherwise) or between nodes
+            return func(*args, **(kwargs or {}))
+        return owner.__torch_dispatch__(func, types, args, kwargs)
+
+
+@contextlib.contextmanager
+def charged_backward(losses: list) -> Iterator[None]:
+    """While one backward runs over the graphs of several runs' losses (``[(counting, loss)]``, disjoint but for
+    their leaves: a seed ensemble's members each computing its own loss, engine.ensemble_step), the counted ops
+    of every graph node that only one run's loss reaches are charged to that run (``charge``), as its own
+    backward would count them. Nodes no listed loss reaches are not counted here (a batched step's, counted by
+    its solo step); a counted op in a node two of them reach cannot be split and raises."""
+    mode = _Charging(len(losses))
+    owners: dict = {}
+    for i, (_, loss) in enumerate(losses):
+        seen, todo = set(), [loss.grad_fn]
+        while todo:
+            node = todo.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            owners.setdefault(node, set()).add(i)
+            todo.extend(n for n, _ in node.next_functions)
+    handles = []
+
+    def hooks(tally):
+        def enter(*_):
+            mode.now.owner = tally
+
+        def leave(*_):
+            mode.now.owner = None
+        return enter, leave
+
+    for node, runs in owners.items():
+        if type(node).__name__ == "AccumulateGrad":   # a leaf's gradient sum: no counted op (a hook would copy it)
+            continue
+        enter, leave = hooks(mode.tallies[next(iter(runs))] if len(runs) == 1 else mode.shared)
+        handles += [node.register_prehook(enter), node.register_hook(leave)]
+    try:
+        with mode:
+            yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        mode.now.owner = None
+    if mode.shared.total:
+        raise RuntimeError(f"FLOP count: {mode.shared.total} FLOPs in backward nodes shared by several runs' "
+                           "losses cannot be charged to one run; their graphs must be disjoint but for leaves")
+    for (counting, _), tally in zip(losses, mode.tallies):
+        charge(counting, tally.total)
+
+
+def add_here(train: int, evaluation: int, incomplete: str = "") -> None:
+    """FLOPs another process counted for this thread's run (a CLDyB look-ahead candidate valued on a Ray
+    worker: engine.ray_backend.map_method), added to its meters as if it had run here: ``evaluation`` as
+    evaluation; ``incomplete`` (that count missed work) makes this count incomplete too."""
+    for meter in _stack():
+        meter.add(train)
+        with meter.evaluating():
+            meter.add(evaluation)
+        meter.incomplete = meter.incomplete or incomplete

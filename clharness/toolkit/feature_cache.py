@@ -77,6 +77,24 @@ def counted_run(meter):
         _run.state = previous
 
 
+def current_run():
+    """The counted run of this thread (what ``counted_run`` set), or None: lent to another thread that
+    works for the run while this one waits (``counted_as``)."""
+    return getattr(_run, "state", None)
+
+
+@contextlib.contextmanager
+def counted_as(state):
+    """In this thread, charge served features to the counted run ``state`` (``current_run()`` of another thread,
+    its meter and the rows it paid for), as that thread would: a seed ensemble's coordinator training a paused member."""
+    previous = getattr(_run, "state", None)
+    _run.state = state
+    try:
+        yield
+    finally:
+        _run.state = previous
+
+
 _POOL: "OrderedDict[str, tuple[nn.Module, FeatureTable]]" = OrderedDict()
 
 
