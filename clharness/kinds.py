@@ -184,6 +184,11 @@ class FamilySession(Protocol):
     def seed_everything(self, seed: int) -> None:
         """Seed Python's, NumPy's and torch's random streams as a run's start does."""
 
+    def counted(self, record) -> Any:
+        """A context whose work is counted as ``record``'s run (a protocol step that is not a case: a CLDyB
+        search): at its exit ``record`` holds train_gflops, eval_gflops, peak_rss_mb and peak_cuda_mb as a case's
+        record would. It yields ``evaluating()``, a context that marks work inside it as evaluation."""
+
 
 class Drawing(Protocol):
     """What a family's HTML sections draw with, handed to ``html_sections`` and ``page_html_sections`` by

@@ -7,7 +7,8 @@ Everything torch-backed is imported on first use: a session starts light.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 
 class FamilyServices:
@@ -47,8 +48,28 @@ class FamilyServices:
         from .runner import seed_everything
         seed_everything(seed)
 
-    # --- these need the session (its harness) ---
+    @contextlib.contextmanager
+    def counted(self, record) -> Iterator[Callable]:
+        """What runs inside counted as ``record``'s run, as the runner counts a case (engine.flops, engine.peak_memory):
+        at the exit ``record`` holds its train_gflops and eval_gflops (None, with ``extra["flops"]`` saying why,
+        where the count is incomplete) and its peaks since the start. Yields ``flops.evaluating``: work inside it
+        is evaluation; a module function (picklable), it marks the counted run of the thread it runs in."""
+        from . import flops, peak_memory
+        peak_memory.reset(self.device)
+        meter = flops.RunMeter()
+        try:
+            with meter:
+                yield flops.evaluating
+        finally:
+            record.train_gflops, record.eval_gflops = meter.train_flops / 1e9, meter.eval_flops / 1e9
+            if meter.incomplete:   # never a partial count passed off as the cost
+                record.train_gflops = record.eval_gflops = None
+                record.extra["flops"] = meter.incomplete
+            record.peak_rss_mb, record.peak_cuda_mb = peak_memory.read(self.device)
+
+    # --- these need the session (its harness, its device) ---
     harness: Any
+    device: Any
 
     def case_unit(self, suite, name: str, case, **fields):
         from .units import case_unit

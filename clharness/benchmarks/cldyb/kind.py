@@ -187,11 +187,12 @@ class Job:
 
 
 def run_search(session, suite_name: str, spec: ScenarioSpec, job: Job, hparams: dict, harness, seed: int, device,
-               data_root=None, download=False, remote=None) -> dict:
+               data_root=None, download=False, remote=None, evaluating=None) -> dict:
     """One search: build the pool and the live methods, run the steps, return the sequence dict.
     ``session`` (a ``kinds.FamilySession``) seeds, makes the methods' cases and contexts and names the
     versions. ``remote``: an executor with ``map_method`` (Ray): the look-ahead values every candidate as
-    its own task (``remote_fan_out``); the same arithmetic per candidate, so the same sequence."""
+    its own task (``remote_fan_out``); the same arithmetic per candidate, so the same sequence.
+    ``evaluating``: what marks the search's evaluation for its FLOP count (``session.counted``)."""
     from ...method import Setting
     from .search import Search
     from .sequence import describe_device
@@ -215,6 +216,8 @@ def run_search(session, suite_name: str, spec: ScenarioSpec, job: Job, hparams: 
         return [c for e in growth if e["step"] == step for c in add_entry(pool, e, harness.datasets, data_root, download)]
 
     search = Search(pool, methods, cfg, seed, device, grow)
+    if evaluating is not None:
+        search.evaluating = evaluating
     if remote is not None:
         search.fan_out = remote_fan_out(remote)
     steps, t0 = [], time.perf_counter()
@@ -349,8 +352,12 @@ def _run_search(session, unit) -> None:
                        key=unit.key, base_key=d["base_key"], started_at=time.time(), session=session.session_id)
     root = session.options.data_root
     try:
-        seq = run_search(session, unit.suite, spec, job, d["hparams"], session.harness, seed, session.device,
-                         Path(root) if root else None, session.options.download, remote=session.remote)
+        # the search's cost, as a case's: every FLOP its methods' learning (look-ahead clones included) and its
+        # evaluation compute, and its peak memory (issue 41)
+        with session.counted(record) as evaluating:
+            seq = run_search(session, unit.suite, spec, job, d["hparams"], session.harness, seed, session.device,
+                             Path(root) if root else None, session.options.download, remote=session.remote,
+                             evaluating=evaluating)
         seq["search_key"] = unit.key
         seqmod.save(path, seq)
         record.status, record.message = "passed", str(path)

@@ -152,6 +152,9 @@ class Search:
     # (search, tasks) -> (values, rewards) that runs ``value_candidate`` for every candidate elsewhere
     # (clharness.engine.ray_backend sets one under --clh-ray: one Ray task per candidate, same arithmetic).
     fan_out: Callable | None = None
+    # What marks the search's evaluation (validation accuracies, probe features) for its FLOP count: the session's
+    # ``counted`` hands one (kinds.FamilySession); everything else the search runs (its methods' learning) is training.
+    evaluating: Callable = contextlib.nullcontext
 
     def __init__(self, pool: DataPool, methods: Sequence[Method], config: SearchConfig, seed: int,
                  device: torch.device, grow: Callable[[int], list[str]] | None = None):
@@ -187,9 +190,13 @@ class Search:
             self._val_cache[key] = self.pool.data(list(key), "val")
         return self._val_cache[key]
 
-    @torch.no_grad()
     def task_accuracies(self, method: Method, tasks: list[list[str]]) -> np.ndarray:
         """Validation accuracy of ``method`` on each task so far (labels t*K + position: task = y // K)."""
+        with self.evaluating():
+            return self._task_accuracies(method, tasks)
+
+    @torch.no_grad()
+    def _task_accuracies(self, method: Method, tasks: list[list[str]]) -> np.ndarray:
         K, T = self.cfg.classes_per_task, len(tasks)
         correct = torch.zeros(T, device=self.device)
         total = torch.zeros(T, device=self.device)
@@ -241,7 +248,8 @@ class Search:
         probe_names = names + previous
         if need_feats:
             data = pool.data(probe_names, "train", limit=pool.probe_per_class)
-            feats, labels = probe_features(self.state.methods, data)
+            with self.evaluating():
+                feats, labels = probe_features(self.state.methods, data)
             protos = [prototypes(f, labels, len(probe_names)) for f in feats]
             _sync(self.device)
         t1 = time.perf_counter()
