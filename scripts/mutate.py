@@ -1082,6 +1082,9 @@ MUTATIONS: tuple[Mutation, ...] = (
              "            cursor = [0] * len(self.memory.tasks)\n",
              "            cursor = cursor + [0] * (len(self.memory.tasks) - len(cursor))\n",
              ("tests/test_agem_sampling.py::test_per_task_cycle_restarts_every_walk_when_a_task_is_added",)),
+    Mutation("case-key-extra-dropped", "clharness/engine/keys.py",
+             "    out.update(case.key_extra())\n", "",
+             ("tests/test_keys.py::test_subclassed_cases_leave_out_and_add_fields_through_the_one_builder",)),
 )
 
 

@@ -90,9 +90,9 @@ def case_definition(case, method_cls, *, versions: dict[str, str], code: str, cp
            **({"cpu_threads": cpu_threads} if cpu_threads != 1 else {}),
            **({"weights": weights} if weights else {}),
            **({"device_type": device_type} if device_type != "cpu" else {})}
-    for name in getattr(case, "KEY_OMITS", ()):
+    for name in case.KEY_OMITS:
         out.pop(name, None)
-    out.update(case.key_extra() if hasattr(case, "key_extra") else {})
+    out.update(case.key_extra())
     return out
 
 
