@@ -310,6 +310,11 @@ def test_cldyb_lookahead_fans_out_and_chooses_the_serial_sequence(pytester, ray_
         assert [c["value"] for c in s["candidates"]] == [c["value"] for c in r["candidates"]]
         assert s["chosen"] == r["chosen"]
     assert [v for _, v in fanned] == [[c["value"] for c in s["candidates"]] for s in serial["steps"][1:]]
+    # the search's cost is the same on either executor (issue 41): each Ray task's count joins the search's
+    searched = [next(r for r in records(pytester.path / f"{n}.sqlite").values() if r.method == "cldyb-search")
+                for n in ("serial", "ray")]
+    assert (searched[1].train_gflops, searched[1].eval_gflops) == (searched[0].train_gflops, searched[0].eval_gflops)
+    assert searched[0].train_gflops > 0 and searched[0].eval_gflops > 0
 
 
 def test_plugin_files_travel_as_source_and_installed_ones_by_name(tmp_path):

@@ -201,10 +201,16 @@ def run_function(fn: Callable, *args, **kwargs):
 
 def call_method(blob: bytes, method: str, args: tuple, modules: tuple[str, ...], aliases, sources):
     """``obj.<method>(*args)`` on a worker, ``obj`` pickled on the driver (a family's state, e.g. a CLDyB
-    search). Unpickled here, after the plugin modules are imported, so plugin methods' classes resolve."""
+    search). Unpickled here, after the plugin modules are imported, so plugin methods' classes resolve.
+    Returns (its result, (training FLOPs, evaluation FLOPs, why incomplete)): the driver adds them to the
+    run that asked (``map_method``), so a search counts the same on any executor (engine.flops)."""
     import cloudpickle
+
+    from . import flops
     worker_harness(modules, f"remote {method}", aliases, sources)
-    return getattr(cloudpickle.loads(blob), method)(*args)
+    with flops.RunMeter() as meter:
+        out = getattr(cloudpickle.loads(blob), method)(*args)
+    return out, (meter.train_flops, meter.eval_flops, meter.incomplete)
 
 
 _remote_case = ray.remote(run_remote)
@@ -336,10 +342,15 @@ class RayRunner:
         """``obj.<method>(*args)`` for every ``args`` in ``calls``, each as its own task with the case
         resources; ``obj`` goes to the object store once. Results in the order of ``calls``."""
         import cloudpickle
+
+        from . import flops
         blob = ray.put(cloudpickle.dumps(obj))
         modules, aliases = tuple(self.shipment.modules), tuple(self.shipment.aliases.items())
-        return ray.get([self.call(call_method, blob, method, tuple(args), modules, aliases, self.sources)
-                        for args in calls])
+        out = ray.get([self.call(call_method, blob, method, tuple(args), modules, aliases, self.sources)
+                       for args in calls])
+        for _, counted in out:   # their FLOPs are the asking run's, as if computed here
+            flops.add_here(*counted)
+        return [result for result, _ in out]
 
     def call(self, fn: Callable, *args, resources: dict | None = None, **kwargs):
         """An arbitrary call as a task with the case resources (e.g. CLDyB look-ahead rollouts)."""
