@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 import torch.utils.data
 
+from ..toolkit.metering import uncounted
+
 
 class DatasetMissing(FileNotFoundError):
     """A dataset is not where it was looked for."""
@@ -143,6 +145,10 @@ class TensorData:
     def prepare(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 (N, C, H, W) -> normalised float at the scenario's size and channel count
         (through the recipe's test-time view where it defines one)."""
+        with uncounted("TensorData.prepare"):   # a gather and an elementwise normalisation: nothing to count
+            return self._prepare(images)
+
+    def _prepare(self, images: torch.Tensor) -> torch.Tensor:
         x = images   # stays uint8 when nothing else is needed: addcmul promotes it in the same pass
         if x.shape[1] != self.channels:   # grey -> RGB replication (M2I), the only case allowed
             x = x.expand(-1, self.channels, -1, -1)
@@ -177,33 +183,40 @@ class TensorData:
         """A random training view of an already prepared batch (replayed samples, second views)."""
         if self.recipe is None:
             return x
-        return self.recipe.train(x, self.frame, self.image_size, generator)
+        with uncounted("TensorData.augment"):   # the recipes' ops: gathers, flips, crops, colour (no FLOP formula)
+            return self.recipe.train(x, self.frame, self.image_size, generator)
 
     def batches(self, batch_size: int, shuffle: bool = False, generator: torch.Generator | None = None,
                 augment: torch.Generator | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Minibatches; with ``augment`` (the generator of the random draws) training views under
         the recipe. Test and validation data are only ever batched without it."""
+        # each batch is drawn with the FLOP meter stepped aside (gathers, normalisation and the recipes' ops have
+        # no FLOP formula: toolkit.metering); the meter is back before the batch is handed out
         n = len(self)
-        order = torch.randperm(n, generator=generator).to(self.device) if shuffle else None
-        if augment is None or self.recipe is None:
-            prepared = self._prepared()
-            if prepared is not None:   # the hot path: rows of the split normalised once
-                labels = self.labels
-                for start in range(0, n, batch_size):
+        with uncounted("TensorData.batches"):
+            order = torch.randperm(n, generator=generator).to(self.device) if shuffle else None
+            prepared = self._prepared() if augment is None or self.recipe is None else None
+        if prepared is not None:   # the hot path: rows of the split normalised once
+            labels = self.labels
+            for start in range(0, n, batch_size):
+                with uncounted("TensorData.batches"):
                     if order is None:
-                        yield prepared[start:start + batch_size], labels[start:start + batch_size]
+                        batch = prepared[start:start + batch_size], labels[start:start + batch_size]
                     else:
                         idx = order[start:start + batch_size]
-                        yield prepared.index_select(0, idx), labels.index_select(0, idx)
-                return
+                        batch = prepared.index_select(0, idx), labels.index_select(0, idx)
+                yield batch
+            return
         view = self.prepare if augment is None or self.recipe is None else \
             (lambda images: self.augmented(images, augment))
         for start in range(0, n, batch_size):
-            if order is None:
-                yield view(self.images[start:start + batch_size]), self.labels[start:start + batch_size]
-            else:   # index_select, not images[idx]: the same rows, ~100x faster on uint8 (N, C, H, W)
-                idx = order[start:start + batch_size]
-                yield view(self.images.index_select(0, idx)), self.labels.index_select(0, idx)
+            with uncounted("TensorData.batches"):
+                if order is None:
+                    batch = view(self.images[start:start + batch_size]), self.labels[start:start + batch_size]
+                else:   # index_select, not images[idx]: the same rows, ~100x faster on uint8 (N, C, H, W)
+                    idx = order[start:start + batch_size]
+                    batch = view(self.images.index_select(0, idx)), self.labels.index_select(0, idx)
+            yield batch
 
     # Splits whose normalised copy is at most this many bytes keep it (digits: 0.4 MB); larger ones are
     # normalised batch by batch, so their images stay uint8 until a batch is drawn (issue 40: at 16 MB the

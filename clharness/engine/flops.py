@@ -128,6 +128,7 @@ class _CountingMode(TorchDispatchMode):
     (``FORMULAS``) on the same ops (an op without a formula that decomposes is counted through its
     decomposition, as there), so the totals are equal (tests/test_flops.py), at a fraction of the cost
     per op. Only the total is kept."""
+    counts_flops = True   # what toolkit.metering.uncounted() may step aside
 
     def __init__(self) -> None:
         super().__init__()

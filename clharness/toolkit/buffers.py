@@ -15,6 +15,8 @@ from typing import Iterator
 
 import torch
 
+from .metering import uncounted
+
 
 class _Buffer(abc.ABC):
     """Shared storage and sampling of the fixed-capacity buffers."""
@@ -40,7 +42,11 @@ class _Buffer(abc.ABC):
     def add(self, x: torch.Tensor, y: torch.Tensor) -> dict[int, int]:
         """Offer a batch to the buffer, row by row in order; ``_place`` is the policy. Returns
         slot -> batch row of the rows stored, so a caller can keep per-slot extras in parallel
-        tensors (DER++'s logits)."""
+        tensors (DER++'s logits). The FLOP meter steps aside (placement and copies: nothing to count)."""
+        with uncounted("buffer add"):
+            return self._add(x, y)
+
+    def _add(self, x: torch.Tensor, y: torch.Tensor) -> dict[int, int]:
         labels = y.tolist()
         if self.capacity == 0 or not labels:
             self.seen += len(labels)
@@ -74,10 +80,11 @@ class _Buffer(abc.ABC):
         size = self.size
         if size <= n:
             return self.tensors()
-        idx = torch.randperm(size, generator=generator)[:n]
-        if idx.device != self.x.device:
-            idx = idx.to(self.x.device)
-        return self.x.index_select(0, idx), self.y.index_select(0, idx)   # cheaper than x[:size][idx]
+        with uncounted("buffer sample"):   # index ops only: the FLOP meter steps aside
+            idx = torch.randperm(size, generator=generator)[:n]
+            if idx.device != self.x.device:
+                idx = idx.to(self.x.device)
+            return self.x.index_select(0, idx), self.y.index_select(0, idx)   # cheaper than x[:size][idx]
 
     def exemplar_images(self) -> tuple[int, int]:
         per_image = math.prod(self.x.shape[1:]) if self.x is not None else 0
