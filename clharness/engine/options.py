@@ -1,5 +1,5 @@
 """Every session option, declared once: the pytest options ``--clh-NAME``, the ``clharness run`` flags
-``--NAME`` and the arguments of ``clharness.run`` are built from ``OPTIONS`` (tests/test_options.py
+``--NAME`` and the arguments of ``clharness.run`` are built from ``OPTIONS`` (tests/test_session_options.py
 checks that the three agree), and ``engine.session.Options`` takes its defaults from it.
 
 Each row says how the option enters a record's key (``key``): most choose which cases run or where
