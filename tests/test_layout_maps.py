@@ -50,3 +50,15 @@ def test_layout_map_names_every_top_level_module(doc):
     text = layout_map(ROOT / doc).replace("clharness/", "")   # a module in a subfolder (engine/plan.py) is not one
     missing = [m for m in top_level_modules() if not re.search(rf"(?<![\w/-]){re.escape(m)}(\.py)?(?![\w-])", text)]
     assert not missing, f"{doc}'s layout map does not name the modules {missing}: add them to its clharness/ lines"
+
+
+def test_every_test_file_the_code_and_docs_name_exists():
+    """A docstring or a doc that says which test checks something names a file that exists (the option
+    table's docstring named tests/test_options.py, which never did)."""
+    named = set()
+    for folder, pattern in (("clharness", "*.py"), ("docs", "*.md"), ("bench", "*.py")):
+        for path in (ROOT / folder).rglob(pattern):
+            named |= {(m, path.relative_to(ROOT).as_posix()) for m in re.findall(r"tests/\w+\.py", path.read_text())}
+    named |= {(m, "README.md") for m in re.findall(r"tests/\w+\.py", (ROOT / "README.md").read_text())}
+    assert len(named) > 20
+    assert sorted((m, where) for m, where in named if not (ROOT / m).exists()) == []
