@@ -147,3 +147,29 @@ def test_two_sessions_writing_one_store_lose_and_duplicate_nothing(tmp_path):
     assert a.wait(timeout=300) == 0 and b.wait(timeout=300) == 0
     records = ResultsStore(store_path).records()
     assert sorted(r.seed for r in records) == [0, 1, 2, 3, 4, 5]
+
+
+def test_read_records_reads_only_and_says_why_a_path_holds_none(tmp_path, capsys):
+    """results.read_records (what a family's command and `clharness report` read stores with) never
+    creates a store, and names the path and the reason it holds no records."""
+    from clharness.results import NoRecords, read_records
+    missing = tmp_path / "none.sqlite"
+    with pytest.raises(NoRecords, match=f"results store {missing} does not exist"):
+        read_records(missing)
+    assert not missing.exists()
+    (tmp_path / "empty.sqlite").write_bytes(b"")
+    with pytest.raises(NoRecords, match="is empty \\(0 bytes\\)"):
+        read_records(tmp_path / "empty.sqlite")
+    (tmp_path / "card.json").write_text("{}")
+    with pytest.raises(NoRecords, match="is not an SQLite file"):
+        read_records(tmp_path / "card.json")
+    with pytest.raises(NoRecords, match="is a directory"):
+        read_records(tmp_path)
+    store = ResultsStore(tmp_path / "r.sqlite")
+    store.put(record("k1"))
+    store.put(RunRecord("t", "sc", "m", 1, key="k2"))
+    store.close()
+    assert [r.key for r in read_records(tmp_path / "r.sqlite", ["t"])] == ["k2"]
+    assert sorted(r.key for r in read_records(tmp_path / "r.sqlite")) == ["k1", "k2"]
+    with pytest.raises(NoRecords, match="holds no runs of suite u; its suites: s, t"):
+        read_records(tmp_path / "r.sqlite", ["u"])
