@@ -42,11 +42,21 @@ def _green(suite, tmp_path, quick):
               if u.outcome == "failed" and not (quick and u.role == "gate")]
     assert not failed, f"{suite}: {len(failed)} unit(s) failed: {failed[:5]}"
     assert records and all(r.status in ("passed", "diverged", "not-applicable") for r in records)
-    # FLOPs in every record of a method's run (issue 41); a protocol step (CLDyB's search) is no method's run
+    # FLOPs in every record the suite stored (issue 41): every method's run (GTEP's phases, M2I's, STF's, domain
+    # runs) and every protocol step (CLDyB's searches: 0 for one that trains no method, never None), and its peaks
     from clharness.kinds import pseudo_methods
-    uncounted = [r.case_id for r in records if r.status == "passed" and r.method not in pseudo_methods()
-                 and not (r.train_gflops and r.train_gflops > 0 and r.eval_gflops and r.eval_gflops > 0)]
+    from clharness.results import ResultsStore
+    stored = ResultsStore(tmp_path / "r.sqlite").records()   # the searches' records too (records holds cases)
+    assert {r.key for r in records} <= {r.key for r in stored}
+    steps = [r for r in stored if r.status == "passed" and r.method in pseudo_methods()]
+    runs = [r for r in stored if r.status == "passed" and r.method not in pseudo_methods()]
+    uncounted = [r.case_id for r in runs
+                 if not (r.train_gflops and r.train_gflops > 0 and r.eval_gflops and r.eval_gflops > 0)]
+    uncounted += [r.case_id for r in steps if r.train_gflops is None or r.eval_gflops is None]
     assert not uncounted, f"{suite}: records without training or evaluation FLOPs: {uncounted[:5]}"
+    assert all(r.peak_rss_mb > 0 for r in runs + steps), f"{suite}: records without their peak memory"
+    if suite.startswith("cldyb"):
+        assert any(r.train_gflops > 0 for r in steps), f"{suite}: no search counted its methods' training"
 
 
 # over 45 s quick on 2 cores each, so under -m slow (CI stays under 15 min); their families stay covered
