@@ -4,6 +4,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 import clharness as clh
+from clharness.toolkit.metering import uncounted
 from clharness.toolkit.training import SupervisedMethod, anchored_penalty, optimizer_space
 
 
@@ -94,9 +95,10 @@ class EWC(SupervisedMethod):
         batches = 0
         for x, y in experience.batches(shuffle=False):
             grads = torch.autograd.grad(self.cross_entropy(model(x), y), list(params.values()), allow_unused=True)
-            for k, g in zip(params, grads):
-                if g is not None:
-                    fisher[k] += g.detach().pow(2)
+            with uncounted("EWC's Fisher sum"):   # elementwise: the FLOP meter steps aside (toolkit.metering)
+                for k, g in zip(params, grads):
+                    if g is not None:
+                        fisher[k] += g.detach().pow(2)
             batches += 1
         return {k: f / batches for k, f in fisher.items()}
 
@@ -116,6 +118,8 @@ class EWC(SupervisedMethod):
         fisher = {k: torch.zeros_like(p) for k, p in params.items()}
         with torch.enable_grad():
             for x, y in experience.batches(shuffle=False):
-                for k, g in per_sample(params, x, y).items():
-                    fisher[k] += g.pow(2).sum(0)
+                grads = per_sample(params, x, y)
+                with uncounted("EWC's per-sample Fisher sum"):   # elementwise and sums: nothing to count
+                    for k, g in grads.items():
+                        fisher[k] += g.pow(2).sum(0)
         return {k: f / len(experience) for k, f in fisher.items()}

@@ -142,9 +142,11 @@ class _CountingMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         plan = _PLANS.get(func) or _plan(func)
-        kwargs = kwargs or {}
         if plan is _PLAIN:   # most ops: no formula, nothing to decompose
-            return func(*args, **kwargs)
+            if func._pyobj_dispatcher is None:   # OpOverload.__call__ without its Python frame (~1 us an op)
+                return func._op(*args, **kwargs) if kwargs else func._op(*args)
+            return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
         if plan is _UNHANDLED:
             return NotImplemented
         if plan is _DECOMPOSE:
