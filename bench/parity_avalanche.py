@@ -210,6 +210,24 @@ def _generative_replay(m, o, c, replay=MEMORY):
     return avl.GenerativeReplay(m, o, CE(), generator_strategy=gen_strategy, replay_size=replay, **c)
 
 
+def _mir_keeping_the_last_task(m, o, c):
+    """Avalanche's MIR changed in one place: the replay pool keeps every stored class, where
+    MIRPlugin.after_training_exp (avalanche/training/plugins/mir.py:113-119) leaves out the classes of the
+    last training minibatch, i.e. the task just learned (KNOWN["mir"])."""
+    from itertools import cycle
+    from avalanche.benchmarks.utils import concat_datasets
+    from avalanche.training.plugins.mir import MIRPlugin
+
+    class KeepingMIRPlugin(MIRPlugin):
+        def after_training_exp(self, strategy, **kwargs):
+            self.storage_policy.update(strategy, **kwargs)
+            pool = concat_datasets([group.buffer for group in self.storage_policy.buffer_groups.values()])
+            self.replay_loader = (cycle(torch.utils.data.DataLoader(pool, batch_size=self.subsample, shuffle=True))
+                                  if len(pool) > self.batch_size_mem else None)
+    plugin = KeepingMIRPlugin(batch_size_mem=BATCH, mem_size=MEMORY, subsample=50)
+    return avl.Naive(m, o, CE(), plugins=[plugin], **c)
+
+
 def _pnn(m, o, c):
     return avl.PNNStrategy(m, o, CE(), **c)
 
@@ -297,6 +315,8 @@ SPECS["generative_replay-r32"] = Spec("generative_replay", {**SPECS["generative_
 # (sampling="per-task-cycle"; the default is the authors' ring memory, uniform draws)
 SPECS["agem-avalanche"] = Spec("agem", {**SPECS["agem"].hparams, "memory": "per-task", "sampling": "per-task-cycle"},
                                SPECS["agem"].avalanche, nets=("mlp",))
+# Avalanche's MIR without its exclusion of the task just learned (KNOWN["mir"]) against our MIR as the paper
+SPECS["mir-avalanche-keeps-last-task"] = Spec("mir", SPECS["mir"].hparams, _mir_keeping_the_last_task, nets=("mlp",))
 # Task-incremental rows: regularisers that retain something (issue 40 item 3), same hyperparameters
 for _name in ("ewc", "si", "mas", "lwf"):
     SPECS[f"{_name}-ti"] = Spec(SPECS[_name].ours, SPECS[_name].hparams, SPECS[_name].avalanche,
@@ -304,7 +324,7 @@ for _name in ("ewc", "si", "mas", "lwf"):
 # the "-avalanche" rows run our options that reproduce Avalanche where a row differs by design (KNOWN)
 FMNIST_ORDER = ["finetune", "joint", "er", "ewc", "ewc-lr0.01", "si", "lwf", "lwf-avalanche", "mas", "gem", "agem",
                 "agem-avalanche", "gdumb", "icarl", "derpp", "cwr", "generative_replay-r32", "mir", "mir-avalanche",
-                "ace", "ewc-ti", "si-ti", "mas-ti", "lwf-ti"]
+                "mir-avalanche-keeps-last-task", "ace", "ewc-ti", "si-ti", "mas-ti", "lwf-ti"]
 # A full run puts the methods other helpers were still fixing last (issue 28).
 ORDER = ["finetune", "joint", "er", "ewc", "lwf", "lwf-avalanche", "gem", "gdumb", "mir", "mir-avalanche", "pnn",
          "ace", "cwr", "icarl", "bic", "si", "si-avalanche", "mas", "mas-avalanche", "derpp", "agem",
@@ -321,8 +341,8 @@ KNOWN = {
            "training minibatch (avalanche/training/plugins/mir.py:113-119, the test at :117), i.e. the task just "
            "learned, so that task is never replayed while the next one trains; ours offers every finished task to "
            "the memory (methods/mir.py:93-94) and retrieves candidates from all of it (methods/mir.py:65-66), as the "
-           "paper's Algorithm 1; on digits, without that exclusion Avalanche's MIR gives 0.902/0.881/0.933 (mlp, "
-           "5 epochs, seeds 0-2)",
+           "paper's Algorithm 1; row mir-avalanche-keeps-last-task runs Avalanche's MIR without that exclusion "
+           "(Fashion-MNIST, 5 seeds: 0.730 +- 0.016 against 0.645 +- 0.021 with it; ours 0.713 +- 0.023)",
     "mir-avalanche": "Avalanche bug, as for mir (avalanche/training/plugins/mir.py:117): our options as Avalanche's "
                      "MIRPlugin (replay loss added as a second mean, methods/mir.py:74-75; a class-balanced memory) "
                      "close nothing, the gap is Avalanche's exclusion",
