@@ -1116,6 +1116,12 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("docstring-names-a-missing-test", "clharness/engine/options.py",
              "(tests/test_session_options.py", "(tests/test_options.py",
              ("tests/test_layout_maps.py::test_every_test_file_the_code_and_docs_name_exists",)),
+    Mutation("backward-split-ignores-shared-nodes", "clharness/engine/flops.py",
+             "    if mode.shared.total:\n", "    if False:\n",
+             ("tests/test_flops_records.py::test_a_counted_node_two_runs_reach_cannot_be_split_and_says_so",)),
+    Mutation("lent-meters-miss-evaluation-marks", "clharness/engine/flops.py",
+             "_local.meters = [*saved, *counting.meters]", "_local.meters = saved",
+             ("tests/test_flops_records.py::test_work_another_thread_does_for_a_waiting_run_counts_in_its_meter",)),
 )
 
 

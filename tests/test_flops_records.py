@@ -88,3 +88,58 @@ def test_a_search_without_methods_counts_nothing_and_says_zero(tmp_path, monkeyp
     record = next(r for r in ResultsStore(tmp_path / "r.sqlite").records() if r.method == kind.SEARCH_METHOD)
     assert record.status == "passed" and record.train_gflops == 0.0 and record.eval_gflops == 0.0
     assert record.peak_rss_mb > 0
+
+
+# ------------------------------------------------- work done for another thread's run (seed ensembles)
+def test_one_backward_over_two_runs_losses_charges_each_run_its_own_nodes():
+    """Two runs' losses summed into one backward (an ensemble's per-member step): each run is charged the
+    backward of its own graph, by hand: x (7, 5) needs no gradient, so Linear(5, 3) costs its weight gradient
+    only, 2*7*5*3 = 210; Linear(5, 4) -> ReLU -> Linear(4, 3) costs 2*7*5*4 = 280 for the first weight, and
+    2*7*4*3 = 168 each for the second weight and its input's gradient: 616."""
+    from clharness.engine import flops
+    torch.manual_seed(0)
+    a = torch.nn.Linear(5, 3)
+    b = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
+    x = torch.randn(7, 5)
+    la, lb = a(x).sum(), b(x).sum()   # no meter entered: the forwards count nowhere
+    ma, mb = flops.RunMeter(), flops.RunMeter()
+    with flops.charged_backward([(flops.Counting((ma,)), la), (flops.Counting((mb,)), lb)]):
+        (la + lb).backward()
+    assert (ma.train_flops, mb.train_flops) == (210, 616)
+    assert a.weight.grad is not None and b[0].weight.grad is not None
+
+
+def test_a_counted_node_two_runs_reach_cannot_be_split_and_says_so():
+    """A layer both losses pass through: its backward's FLOPs belong to neither run alone."""
+    from clharness.engine import flops
+    shared, a, b = torch.nn.Linear(5, 5), torch.nn.Linear(5, 3), torch.nn.Linear(5, 3)
+    h = shared(torch.randn(7, 5))
+    la, lb = a(h).sum(), b(h).sum()
+    counted = [(flops.Counting((flops.RunMeter(),)), la), (flops.Counting((flops.RunMeter(),)), lb)]
+    with pytest.raises(RuntimeError, match="shared by several runs' losses cannot be charged to one run"):
+        with flops.charged_backward(counted):
+            (la + lb).backward()
+
+
+def test_work_another_thread_does_for_a_waiting_run_counts_in_its_meter():
+    """A paused member's work done by the coordinator's thread (``counting_as`` the member's ``counting_here``)
+    counts in the member's meter, its evaluation as evaluation: Linear(5, 3) on 7 rows is 2*7*5*3 = 210."""
+    import threading
+
+    from clharness.engine import flops
+    layer, x = torch.nn.Linear(5, 3), torch.randn(7, 5)
+
+    def coordinator(counting):
+        with flops.counting_as(counting):
+            layer(x)
+            with flops.evaluating():
+                layer(x)
+                layer(x)
+
+    with flops.RunMeter() as meter:
+        counting = flops.counting_here()
+        worker = threading.Thread(target=coordinator, args=(counting,))
+        worker.start()
+        worker.join()
+    assert (meter.train_flops, meter.eval_flops) == (210, 420)
+    assert flops.counting_here() is None   # no meter entered in this thread any more
