@@ -42,7 +42,7 @@ class RunRecord:
     eval_seconds: float = 0.0
     # compute the run took, machine-independent (engine/flops.py): FLOPs of matmul/conv ops, forward and
     # backward, of everything the method computed (training) and of the predictions scored (evaluation);
-    # None: not counted (a record made before they were, or an ensemble member's training, extra["flops"])
+    # None: not counted (a record made before they were, or a count that missed work: extra["flops"] says why)
     train_gflops: float | None = None
     eval_gflops: float | None = None
     memory_mb: float = 0.0                  # CLDyB B.4 footprint (see MemoryReport)

@@ -11,7 +11,7 @@ configuration, of training GFLOPs (x, engine/flops.py) and final accuracy (y).
   front and names each method's dominators: read the ratio within the front (Prabhu et al., CVPR 2023,
   compare methods at one budget; a ratio is the one-number summary of accuracy bought per unit of compute).
 
-A method whose training FLOPs were not counted (records made before they were, ensemble members) or are 0
+A method whose training FLOPs were not counted (records made before they were, an incomplete count) or are 0
 has no point: it is listed with the reason, never placed.
 """
 from __future__ import annotations
