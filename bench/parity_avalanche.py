@@ -26,9 +26,10 @@ uint8 tensors normalised once for both sides), 5 tasks of 2 classes in label ord
 leave regularisers at the fine-tuning floor on both sides, which proves nothing: the ``-ti`` rows run them
 task-incrementally (ours: the setting's logits masked to the task's classes, in training and test;
 Avalanche: the same classifier inside a MultiTaskModule that applies the same mask by task label, so
-the two train the same function). Each row also gives both libraries' wall time (all seeds)::
+the two train the same function). Each row also gives both libraries' wall time (all seeds); the table
+of issue 40 (one torch thread a side, both sides run one after the other)::
 
-    nice /work/venv-parity/bin/python bench/parity_avalanche.py --dataset fashion-mnist --seeds 5
+    nice /work/venv-parity/bin/python bench/parity_avalanche.py --dataset fashion-mnist --seeds 5 --threads 1
 """
 from __future__ import annotations
 
@@ -342,7 +343,8 @@ KNOWN = {
            "learned, so that task is never replayed while the next one trains; ours offers every finished task to "
            "the memory (methods/mir.py:93-94) and retrieves candidates from all of it (methods/mir.py:65-66), as the "
            "paper's Algorithm 1; row mir-avalanche-keeps-last-task runs Avalanche's MIR without that exclusion "
-           "(Fashion-MNIST, 5 seeds: 0.730 +- 0.016 against 0.645 +- 0.021 with it; ours 0.713 +- 0.023)",
+           "(Fashion-MNIST, 5 seeds, 5 epochs: 0.768 +- 0.013 against 0.653 +- 0.029 with it, ours 0.763 +- 0.020; "
+           "2 epochs: 0.730, 0.645, 0.713)",
     "mir-avalanche": "Avalanche bug, as for mir (avalanche/training/plugins/mir.py:117): our options as Avalanche's "
                      "MIRPlugin (replay loss added as a second mean, methods/mir.py:74-75; a class-balanced memory) "
                      "close nothing, the gap is Avalanche's exclusion",
@@ -367,7 +369,7 @@ KNOWN = {
             "sampling='per-task-cycle') reproduces Avalanche: 50 seeds, 0.3951 vs 0.3956; the gap splits into the "
             "memory (ring vs per-task, uniform draws: 0.420 vs 0.401) and the draw (uniform 0.401, fresh per-task "
             "draws 0.407, Avalanche's chunks 0.395), 50 seeds each (issue 40)",
-    "ewc": "one seed diverges on our side (SGD lr 0.05, lambda 200): gradient descent on the penalty "
+    "ewc": "at 2 epochs a task one seed diverges on our side (SGD lr 0.05, lambda 200): gradient descent on the penalty "
            "lambda/2 F (theta - theta*)^2 (methods/ewc.py:63; Avalanche's lambda F (theta - theta*)^2 at lambda 100, "
            "avalanche/training/plugins/ewc.py:90-110) is stable only while lr * lambda * F_i < 2; at seed 2 our "
            "task-0 Fisher reaches 0.53 (a loss spike in task 0's last steps), lr * lambda * F = 5.3, and the loss "
