@@ -125,6 +125,9 @@ def _batched_exactly(x: torch.Tensor) -> bool:
     return x.device.type == "cpu" and torch.get_num_threads() == 1 and x.shape[1] > 1
 
 
+_SOLO_STEPS: dict[tuple, int] = {}   # (batch shapes, model shape) -> FLOPs of one solo step (_Task.solo_step_flops)
+
+
 class _Task:
     """One task's training of the paused members: what they share (the stacked parameters and buffers, the
     optimizer or each member's trainer, their declared state) and how each step's losses are computed."""
@@ -164,20 +167,23 @@ class _Task:
         self.batched = _stacked_forward(self.models[0]) if not names and plain else None
         self.alive = [m.error is None for m in members]
         self.ledgers = [flops.StepLedger() for _ in members]   # each member's batched steps, as its solo steps count
-        self.solo_steps: dict[tuple, int] = {}                  # batch shape -> FLOPs of one solo step
         self.roots: dict[int, torch.Tensor] = {}               # this step's own-forward losses, by member
 
     def solo_step_flops(self, e: int, x: torch.Tensor, y: torch.Tensor) -> int:
         """FLOPs of member ``e``'s solo step on a batch of this shape (SupervisedMethod.loss: the model's forward
         and backward; its cross-entropy and task mask count nothing), measured on a copy of its model, in a
-        forked random stream: no effect on any member's weights, gradients or draws. Once per shape and task: the
-        members' models differ in their values only."""
-        key = (tuple(x.shape), tuple(y.shape))
-        if key not in self.solo_steps:
-            model = copy.deepcopy(self.models[e]).train()
+        forked random stream: no effect on any member's weights, gradients or draws. Once per batch shape and model
+        shape (``_SOLO_STEPS``): a hand-batched model's count is a function of its parameters' names, shapes and
+        which of them train (Linear, ReLU and Flatten only, ``_stacked_forward``), not of their values."""
+        model = self.models[e]
+        key = (tuple(x.shape), tuple(y.shape),
+               tuple((name, tuple(p.shape), p.requires_grad) for name, p in model.named_parameters()))
+        if key not in _SOLO_STEPS:
+            if len(_SOLO_STEPS) >= 1024:
+                _SOLO_STEPS.clear()
             with torch.random.fork_rng(devices=[]):
-                self.solo_steps[key] = flops.train_step_flops(model, F.cross_entropy, x, y)
-        return self.solo_steps[key]
+                _SOLO_STEPS[key] = flops.train_step_flops(copy.deepcopy(model).train(), F.cross_entropy, x, y)
+        return _SOLO_STEPS[key]
 
     def member_loss(self, i: int, e: int, P, B, G, S, args):
         """Member ``e``'s loss (row ``i`` of its group's stacks) by its method's own loss on a view of its

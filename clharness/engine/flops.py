@@ -366,6 +366,9 @@ def charged_backward(losses: list) -> Iterator[None]:
     of every graph node that only one run's loss reaches are charged to that run (``charge``), as its own
     backward would count them. Nodes no listed loss reaches are not counted here (a batched step's, counted by
     its solo step); a counted op in a node two of them reach cannot be split and raises."""
+    if not losses:   # nothing to charge (a hand-batched step): no mode on the backward's ops
+        yield
+        return
     mode = _Charging(len(losses))
     owners: dict = {}
     for i, (_, loss) in enumerate(losses):
