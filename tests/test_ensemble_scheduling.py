@@ -143,6 +143,9 @@ def test_ray_runs_one_task_per_ensemble_and_stores_every_member(pytester, monkey
                          ("agem", 0): None, ("agem", 1): None, ("agem", 2): None}
     for key, record in ray.items():
         assert record.status == "passed" and _same_matrices(record, serial[key]), record.case_id
+        # and the same FLOPs: an ensemble member on a Ray worker counts what its serial solo run counts (issue 41)
+        assert (record.train_gflops, record.eval_gflops) == (serial[key].train_gflops, serial[key].eval_gflops) \
+            and record.train_gflops > 0, record.case_id
 
 
 # ------------------------------------------------------------------------------------------------ GTEP
