@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import abc
 import math
+import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Iterator, Sequence
@@ -87,6 +89,52 @@ def pixel_stats(images: torch.Tensor) -> tuple[list[float], list[float]]:
     return torch.stack(means).tolist(), torch.stack(stds).clamp_min(1e-3).tolist()
 
 
+class SplitRows:
+    """Rows ``index`` of a loaded in-memory split (``subsets.relabel``: a scenario's task), not yet copied.
+
+    ``TensorData`` on the CPU reads its batches straight from the loaded split's images (kept by
+    ``load_split``'s cache for the next case anyway) instead of holding a copy of its rows: one uint8 copy
+    of a dataset in memory, not two (issue 40: split Fashion-MNIST's tasks copied 55 MB beside the cached
+    52 MB). The split's images are never an attribute of the task's data (a method must not reach the test
+    split or later tasks through storage: tests/test_no_test_data_leak.py): TensorData holds its row
+    indices and a key to the images (``_shared``), a module-level table, as the cache itself is. Anything
+    else that asks for ``images`` gets a copy of the rows, as ``ArrayDataset.subset`` makes."""
+
+    def __init__(self, ds: ArrayDataset, index: torch.Tensor) -> None:
+        self.source, self.index = ds.images, index
+        self.labels, self.classes, self.name = ds.labels[index], ds.classes, ds.name
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def images(self) -> torch.Tensor:
+        return self.source[self.index]
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        return tuple(self.source.shape[1:])
+
+
+_shared: dict[int, list] = {}   # key -> [a loaded split's images, how many TensorData read them]
+_shared_lock = threading.RLock()
+
+
+def _share(images: torch.Tensor) -> int:
+    with _shared_lock:
+        entry = _shared.setdefault(id(images), [images, 0])   # id: unique while the table holds the tensor
+        entry[1] += 1
+        return id(images)
+
+
+def _release(key: int) -> None:
+    with _shared_lock:
+        entry = _shared[key]
+        entry[1] -= 1
+        if not entry[1]:
+            del _shared[key]
+
+
 @dataclass
 class FileDataset:
     """One split of a large image tree: file paths and labels, decoded when batched."""
@@ -117,26 +165,56 @@ class FileDataset:
 class TensorData:
     """uint8 images resident on the device; batches normalised there (no workers, no copies)."""
 
-    def __init__(self, ds: ArrayDataset, mean: Sequence[float], std: Sequence[float],
+    def __init__(self, ds: ArrayDataset | SplitRows, mean: Sequence[float], std: Sequence[float],
                  device: torch.device | str = "cpu", image_size: tuple[int, int] | None = None,
                  channels: int | None = None, recipe=None):
-        self.images = ds.images.to(device)
-        self.labels = ds.labels.to(device)
         self.device = torch.device(device)
-        c = ds.images.shape[1]
+        if isinstance(ds, SplitRows) and self.device.type == "cpu" and ds.source.device.type == "cpu":
+            self._rows = ds.index   # batches gather from the loaded split itself (SplitRows)
+            self._shared = _share(ds.source)
+            weakref.finalize(self, _release, self._shared)
+        else:
+            self.images = ds.images.to(device)
+        self.labels = ds.labels.to(device)
+        c, *native = ds.input_shape
         self.channels = channels or c
-        self.image_size = tuple(image_size) if image_size else tuple(ds.images.shape[2:])
+        self.image_size = tuple(image_size) if image_size else tuple(native)
         mean = torch.tensor(_per_channel(mean, self.channels), device=device).view(1, -1, 1, 1)
         std = torch.tensor(_per_channel(std, self.channels), device=device).view(1, -1, 1, 1)
         # (x/255 - mean)/std as one fused multiply-add on the hot path
         self._scale, self._shift = 1 / (255 * std), -mean / std
-        self._resize = self.image_size != tuple(ds.images.shape[2:])
+        self._resize = self.image_size != tuple(native)
         # clharness.toolkit.augment: ``recipe`` (None = no augmentation) acts in the normalised space
         self.recipe = recipe
         self.frame = _frame(self._shift, self._scale)
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    def __getattr__(self, name: str):
+        # ``images`` of data that reads a loaded split's rows (SplitRows): a copy of them, made on first use
+        # (DataStore's mixed batches, a family's checks) and kept, as before the rows were shared
+        if name == "images" and "_rows" in self.__dict__:
+            self.images = self._take()
+            return self.images
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __getstate__(self) -> dict:
+        """Pickled or deep-copied with its own copy of the rows (the shared table is this process's)."""
+        state = dict(self.__dict__)
+        if "_rows" in state:
+            state["images"] = state.get("images", self._take())
+            del state["_rows"], state["_shared"]
+        return state
+
+    def _take(self, idx: torch.Tensor | None = None, start: int = 0, stop: int | None = None) -> torch.Tensor:
+        """Rows of the images: ``idx`` (positions in this split), else ``start:stop`` (a view where this
+        split holds its own images, else a copy gathered from the loaded split)."""
+        images = self.__dict__.get("images")
+        if images is not None:
+            return images.index_select(0, idx) if idx is not None else images[start:stop]
+        rows = self._rows.index_select(0, idx) if idx is not None else self._rows[start:stop]
+        return _shared[self._shared][0].index_select(0, rows)
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -212,10 +290,10 @@ class TensorData:
         for start in range(0, n, batch_size):
             with uncounted("TensorData.batches"):
                 if order is None:
-                    batch = view(self.images[start:start + batch_size]), self.labels[start:start + batch_size]
+                    batch = view(self._take(start=start, stop=start + batch_size)), self.labels[start:start + batch_size]
                 else:   # index_select, not images[idx]: the same rows, ~100x faster on uint8 (N, C, H, W)
                     idx = order[start:start + batch_size]
-                    batch = view(self.images.index_select(0, idx)), self.labels.index_select(0, idx)
+                    batch = view(self._take(idx)), self.labels.index_select(0, idx)
             yield batch
 
     # Splits whose normalised copy is at most this many bytes keep it (digits: 0.4 MB); larger ones are
@@ -228,13 +306,14 @@ class TensorData:
         """``prepare(images)`` of the whole split, computed on first use and kept when small, else
         None. The normalisation is elementwise, so its rows equal ``prepare`` of any batch bit for
         bit; saves one kernel call per batch (the profile's largest data cost on small inputs)."""
+        images = self.__dict__.get("images", self.__dict__.get("_rows"))   # what the split reads its rows from
         source, cached = self.__dict__.get("_prepared_images", (None, None))
-        if source is not self.images:   # first use, or the images were replaced
+        if source is not images:   # first use, or the images were replaced
             cached = None
             if not self._resize and not (self.recipe is not None and self.recipe.resizes) \
                     and 4 * len(self) * self.channels * math.prod(self.image_size) <= self.PREPARED_CACHE_BYTES:
-                cached = self.prepare(self.images)
-            self._prepared_images = (self.images, cached)
+                cached = self.prepare(self._take())
+            self._prepared_images = (images, cached)
         return cached
 
 

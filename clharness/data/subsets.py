@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..kinds import ScenarioError
-from .base import ArrayDataset, FileDataset, StreamData, TensorData
+from .base import ArrayDataset, FileDataset, SplitRows, StreamData, TensorData
 
 
 def per_class_index(labels: torch.Tensor, classes, limit: int | None, rng: np.random.Generator) -> list[np.ndarray]:
@@ -25,7 +25,9 @@ def per_class_index(labels: torch.Tensor, classes, limit: int | None, rng: np.ra
 
 def relabel(ds, index: np.ndarray, mapping: np.ndarray):
     """The rows ``index`` of ``ds`` with their labels mapped through ``mapping`` (dataset id -> global id)."""
-    sub = ds.subset(torch.from_numpy(index).long())
+    index = torch.from_numpy(index).long()
+    # an in-memory split's rows are not copied here: TensorData on the CPU reads them from the loaded split
+    sub = SplitRows(ds, index) if isinstance(ds, ArrayDataset) else ds.subset(index)
     sub.labels = torch.from_numpy(mapping[sub.labels.numpy()]).long()
     return sub
 
