@@ -1122,6 +1122,21 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("lent-meters-miss-evaluation-marks", "clharness/engine/flops.py",
              "_local.meters = [*saved, *counting.meters]", "_local.meters = saved",
              ("tests/test_flops_records.py::test_work_another_thread_does_for_a_waiting_run_counts_in_its_meter",)),
+    Mutation("uncounted-region-never-pauses", "clharness/toolkit/metering.py",
+             "self._popped = [_pop(None) for _ in range(n)]", "self._popped = []",
+             ("tests/test_flops_pauses.py::test_a_pause_steps_the_meter_aside_and_it_counts_again_after",)),
+    Mutation("checked-region-hides-counted-ops", "clharness/toolkit/metering.py",
+             "            if any(counted):", "            if False:",
+             ("tests/test_flops_pauses.py::test_a_counted_op_inside_a_checked_pause_raises_and_names_the_region",)),
+    Mutation("ewc-fused-penalty-sums-tasks-first-to-last", "methods/ewc.py",
+             "zip(reversed(ctx.fishers), reversed(ctx.diffs))", "zip(ctx.fishers, ctx.diffs)",
+             ("tests/test_ewc_fused_penalty.py::test_the_fused_penalty_is_autograds_arithmetic_bit_for_bit",)),
+    Mutation("task-data-copies-its-rows-again", "clharness/data/base.py",
+             'if isinstance(ds, SplitRows) and self.device.type == "cpu"', 'if False and self.device.type == "cpu"',
+             ("tests/test_data_shared_rows.py::test_a_task_reads_its_rows_from_the_loaded_split_without_a_copy",)),
+    Mutation("buffer-add-runs-under-the-meter", "clharness/toolkit/buffers.py",
+             'with uncounted("buffer add"):', "if True:",
+             ("tests/test_flops_pauses.py::test_the_buffers_pause_keeps_its_placement",)),
 )
 
 
