@@ -366,12 +366,12 @@ KNOWN = {
             "random samples of each task stored after it (avalanche/training/plugins/agem.py:128-135) read in fixed "
             "sequential chunks of sample_size // T rows per task (agem.py:137-144, "
             "benchmarks/utils/data_loader.py:805 and :741-764). Row agem-avalanche (memory='per-task', "
-            "sampling='per-task-cycle') reproduces Avalanche: 50 seeds, 0.3951 vs 0.3956; the gap splits into the "
-            "memory (ring vs per-task, uniform draws: 0.420 vs 0.401) and the draw (uniform 0.401, fresh per-task "
-            "draws 0.407, Avalanche's chunks 0.395), 50 seeds each (issue 40)",
-    "ewc": "at 2 epochs a task one seed diverges on our side (SGD lr 0.05, lambda 200): gradient descent on the penalty "
-           "lambda/2 F (theta - theta*)^2 (methods/ewc.py:63; Avalanche's lambda F (theta - theta*)^2 at lambda 100, "
-           "avalanche/training/plugins/ewc.py:90-110) is stable only while lr * lambda * F_i < 2; at seed 2 our "
+            "sampling='per-task-cycle') reproduces Avalanche: 50 seeds, 5 epochs, 0.393 vs 0.391 (2 epochs: 0.395 vs "
+            "0.396); the gap splits into the memory (ring vs per-task, uniform draws: 0.416 vs 0.399) and the draw "
+            "(uniform 0.399, fresh per-task draws 0.405, Avalanche's chunks 0.393), 50 seeds, 5 epochs (issue 40)",
+    "ewc": "at 2 epochs a task one seed diverges on our side (SGD lr 0.05, lambda 200): gradient descent on the "
+           "penalty lambda/2 F (theta - theta*)^2 (methods/ewc.py:63; Avalanche's lambda F (theta - theta*)^2 at "
+           "lambda 100, avalanche/training/plugins/ewc.py:90-110) is stable only while lr * lambda * F_i < 2; at seed 2 our "
            "task-0 Fisher reaches 0.53 (a loss spike in task 0's last steps), lr * lambda * F = 5.3, and the loss "
            "turns inf (clharness raises Diverged, clharness/toolkit/training.py:198; Avalanche has no guard), while "
            "Avalanche's seed 2 follows another minibatch order and ends task 0 at F_max 0.012. The setting, not a "
