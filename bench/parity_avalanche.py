@@ -371,11 +371,11 @@ KNOWN = {
             "(uniform 0.399, fresh per-task draws 0.405, Avalanche's chunks 0.393), 50 seeds, 5 epochs (issue 40)",
     "ewc": "at 2 epochs a task one seed diverges on our side (SGD lr 0.05, lambda 200): gradient descent on the "
            "penalty lambda/2 F (theta - theta*)^2 (methods/ewc.py:63; Avalanche's lambda F (theta - theta*)^2 at "
-           "lambda 100, avalanche/training/plugins/ewc.py:90-110) is stable only while lr * lambda * F_i < 2; at seed 2 our "
-           "task-0 Fisher reaches 0.53 (a loss spike in task 0's last steps), lr * lambda * F = 5.3, and the loss "
-           "turns inf (clharness raises Diverged, clharness/toolkit/training.py:198; Avalanche has no guard), while "
-           "Avalanche's seed 2 follows another minibatch order and ends task 0 at F_max 0.012. The setting, not a "
-           "bug: row ewc-lr0.01 is the class-IL ewc row",
+           "lambda 100, avalanche/training/plugins/ewc.py:90-110) is stable only while lr * lambda * F_i < 2; at "
+           "seed 2 our task-0 Fisher reaches 0.53 (a loss spike in task 0's last steps), lr * lambda * F = 5.3, and "
+           "the loss turns inf (clharness raises Diverged, clharness/toolkit/training.py:198; Avalanche has no "
+           "guard), while Avalanche's seed 2 follows another minibatch order and ends task 0 at F_max 0.012. The "
+           "setting, not a bug: row ewc-lr0.01 is the class-IL ewc row",
 }
 
 
