@@ -47,9 +47,39 @@ and 1.92 with it; ewc 7.55 -> 9.43 s, Avalanche 11.70 s, ratio 1.55 / 1.24).
 ewc spends most of its extra time in its penalty, sum over finished tasks of F_t (theta - theta*_t)^2 and
 its backward (Avalanche computes the same terms), and the minibatch Fisher (the same work on both sides).
 Peak memory: the baseline of ``--rss`` is the interpreter after a tiny run of the same case (libtorch's
-kernels paged in); above it the full uint8 splits held by the loader cache (52 MB) and each task's uint8
-copy (55 MB) -- a copy, not a view, because a view's storage would hand a method every later task's and
-the validation images (tests/test_no_test_data_leak.py checks storage) -- then model, optimizer, batches.
+kernels paged in); above it the full uint8 splits held by the loader cache (52 MB) and, until issue 40 item 4,
+each task's uint8 copy (55 MB) -- a copy, not a view, because a view's storage would hand a method every later
+task's and the validation images (tests/test_no_test_data_leak.py checks storage) -- then model, optimizer,
+batches. Now a task on the CPU holds no copy: its TensorData keeps its row indices and a key to the loaded
+split (data.base.SplitRows, a module-level table as the cache is) and gathers each batch from it, so nothing a
+method reaches shares storage with the split; ``images``, asked for, is still a copy of its rows. One fresh
+interpreter, load 2.6: 126.3 -> 74.4 MB above the baseline, 2.30x -> 1.35x of the 54.9 MB needed, the same final
+accuracy (0.7742). The cache stays, so a later case reads no file again; an epoch's batches gather from the
+60,000-row split instead of the task's 12,000 rows: 9.7 -> 11.2 ms a task's epoch of shuffled batches of 128
+(min of 7, load 1.5), noise beside a 4-5 s run.
+
+Issue 40 item 4, the FLOP meter's share (load 1.3-3, one thread, in-process A/B of CPU time): of an er run's
+39,000 aten ops under the meter, ~7,000 ran in the data layer's batches and normalisation and the buffer's
+placement and sampling, which count nothing; they now run with the meter stepped aside
+(``toolkit.metering.uncounted``, as the optimizer step already was; ``PAUSES = "check"`` proves a region counts
+nothing, tests/test_flops_pauses.py runs real cases so), 31,800 left, and a plain op's dispatch skips
+``OpOverload.__call__``'s Python frame (per op ~4.5 us over the bare op, a forward-only mode's floor). What is
+left is the model's forward and backward (~41 ops a step, 19,300 in all: ``t``, ``detach``, ``mm``, the
+activations' backward) and the runner's accuracy bookkeeping (evaluate_views, ~3,800, runner.py); in a step
+bench (MLP at batch 256, SGD) the meter still adds 0.76 ms to 5.0 ms, and er's in-process A/B medians were
+4.54 s (before) / 4.61 s (after) / 3.53 s (no meter) at load 1.5-1.8, i.e. within the noise: the pauses help
+little on er. ewc (separate, minibatch Fisher): 124,000 ops before, 55,000 after: its separate penalty is one
+autograd node (methods/ewc.py ``_SeparatePenalty``, autograd's arithmetic and accumulation order bit for bit,
+tests/test_ewc_fused_penalty.py) whose forward and backward run uncounted, and the Fisher sums run uncounted;
+without any meter the fused penalty alone is 8.11 -> 7.48 s CPU (median of 2, load 3). The penalty itself
+(sub, square, product and sum over T finished tasks' 478,000 weights each step, and its backward) is ~40% of
+ewc's time and the same work as Avalanche's EWC.
+After all three (load 1.0-1.8, `--workloads fmnist-mlp --avalanche --rss --threads 1 --repeats 2`): harness/plain
+1.30 (4.01 / 5.19 s), Avalanche/clharness er 1.78 (8.98 / 5.04 s), ewc 1.33 (12.67 / 9.55 s), RSS 1.40x (1.37-1.40;
+76.8 MB above the baseline); not yet an idle figure. The gap to the plain loop is the meter (a run without it:
+~3.5 s); a Python dispatch mode costs ~4.5 us an op however little it does, so what remains is fewer ops under it:
+the runner's accuracy bookkeeping (evaluate_views, _checked_logits: ~3,800 ops), the trainer's loss guard,
+cross-entropy forward and optimizer profiling marks (toolkit/training.py: ~3,700) could run uncounted too.
 
 Where the rest went (digits, one thread, median of 21 in-process pairs, two processes): setup before
 the first task 3.3 -> 7.1 ms (building the split scenario with its per-class indices, the method and
