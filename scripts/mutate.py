@@ -1137,6 +1137,15 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("buffer-add-runs-under-the-meter", "clharness/toolkit/buffers.py",
              'with uncounted("buffer add"):', "if True:",
              ("tests/test_flops_pauses.py::test_the_buffers_pause_keeps_its_placement",)),
+    Mutation("ewc-doubled-scale-ignores-overflow", "methods/ewc.py",
+             "    if bool((torch.isinf(double) & torch.isfinite(scaled)).any()):", "    if False:",
+             ("tests/test_ewc_fused_penalty.py::test_the_kept_doubled_scale_follows_the_loss_scale_and_an_in_place_change_and_falls_back_on_overflow",)),
+    Mutation("ewc-doubled-scale-misses-in-place-change", "methods/ewc.py",
+             "entry[1] == fisher._version and ", "",
+             ("tests/test_ewc_fused_penalty.py::test_the_kept_doubled_scale_follows_the_loss_scale_and_an_in_place_change_and_falls_back_on_overflow",)),
+    Mutation("ewc-doubled-scale-ignores-loss-scale", "methods/ewc.py",
+             " and torch.equal(entry[2], grad):", ":",
+             ("tests/test_ewc_fused_penalty.py::test_the_kept_doubled_scale_follows_the_loss_scale_and_an_in_place_change_and_falls_back_on_overflow",)),
 )
 
 

@@ -66,3 +66,32 @@ def test_the_fused_penalty_value_is_the_sum_of_the_tasks_penalties(monkeypatch):
     assert meter.total_flops == 0
     reference = sum(anchored_penalty(method.model, f, a) for f, a in zip(method.task_fishers, method.task_anchors))
     assert torch.equal(penalty.detach(), reference.detach())
+
+
+def _one_backward(method, fused, monkeypatch, scale=50.0):
+    monkeypatch.setattr(ewc_module, "FUSED_PENALTY", fused)
+    method.model.zero_grad(set_to_none=True)
+    (scale * ewc_module.EWC.separate_penalty(method)).backward()
+    return [p.grad.clone() for p in method.model.parameters()]
+
+
+def test_the_kept_doubled_scale_follows_the_loss_scale_and_an_in_place_change_and_falls_back_on_overflow(monkeypatch):
+    """The backward keeps 2 g F per Fisher tensor: a new loss scale g, a Fisher changed in place, and a 2 g F
+    that overflows where g F does not (3e38 * 1: autograd's (g F) * (2 d) stays finite for |d| < 0.5) all give
+    autograd's gradients."""
+    method = _Holder()
+    method.model = torch.nn.Linear(3, 2)
+    g = torch.Generator().manual_seed(3)
+    fisher = {k: torch.rand(p.shape, generator=g) for k, p in method.model.named_parameters()}
+    method.task_fishers = [fisher]
+    method.task_anchors = [{k: p.detach() + 0.1 * torch.randn(p.shape, generator=g)
+                            for k, p in method.model.named_parameters()}]
+    for scale in (50.0, 50.0, 7.0):   # the second reuses the kept 2 g F, the third must not
+        assert all(torch.equal(a, b) for a, b in zip(_one_backward(method, True, monkeypatch, scale),
+                                                     _one_backward(method, False, monkeypatch, scale)))
+    fisher["weight"].mul_(3.0)        # in place: the kept value is stale
+    assert all(torch.equal(a, b) for a, b in zip(_one_backward(method, True, monkeypatch, 7.0),
+                                                 _one_backward(method, False, monkeypatch, 7.0)))
+    fisher["bias"].fill_(3e38)        # 2 g F overflows at g = 1, g F does not
+    fused, graph = _one_backward(method, True, monkeypatch, 1.0), _one_backward(method, False, monkeypatch, 1.0)
+    assert torch.isfinite(graph[1]).all() and all(torch.equal(a, b) for a, b in zip(fused, graph))
