@@ -74,12 +74,15 @@ tests/test_ewc_fused_penalty.py) whose forward and backward run uncounted, and t
 without any meter the fused penalty alone is 8.11 -> 7.48 s CPU (median of 2, load 3). The penalty itself
 (sub, square, product and sum over T finished tasks' 478,000 weights each step, and its backward) is ~40% of
 ewc's time and the same work as Avalanche's EWC.
-After all three (load 1.0-1.8, `--workloads fmnist-mlp --avalanche --rss --threads 1 --repeats 2`): harness/plain
-1.30 (4.01 / 5.19 s), Avalanche/clharness er 1.78 (8.98 / 5.04 s), ewc 1.33 (12.67 / 9.55 s), RSS 1.40x (1.37-1.40;
-76.8 MB above the baseline); not yet an idle figure. The gap to the plain loop is the meter (a run without it:
-~3.5 s); a Python dispatch mode costs ~4.5 us an op however little it does, so what remains is fewer ops under it:
-the runner's accuracy bookkeeping (evaluate_views, _checked_logits: ~3,800 ops), the trainer's loss guard,
-cross-entropy forward and optimizer profiling marks (toolkit/training.py: ~3,700) could run uncounted too.
+EWC's backward then computes (2 g F) * d, the same real product as autograd's (g F) * (2 d), with 2 g F kept per
+Fisher tensor: one pass a weight and task instead of three (ewc without meter 7.24 -> 6.46 s CPU, load 0.9).
+After all of it (load 0.8-1.0, ``--workloads fmnist-mlp --avalanche --rss --threads 1 --repeats 3``):
+harness/plain 1.01 (3.68 / 3.72 s), Avalanche/clharness er 1.71 (6.44 / 3.77 s), ewc 1.44 (11.66 / 8.11 s),
+RSS 1.36x (1.34-1.41; 74.6 MB above the baseline); the idle figures before were 1.02, 1.45, 1.14 and 2.27x. What
+is left of the meter (~0.5-1 s of er's run: without it ~3.0-3.5 s) is its ~4.5 us an op on ops that must be
+seen -- the model's forward and backward -- and on some that need not: the runner's accuracy bookkeeping
+(evaluate_views, _checked_logits: ~3,800 ops a run) and the trainer's loss guard, cross-entropy forward and
+optimizer profiling marks (toolkit/training.py: ~3,700), which could run uncounted too (not this bench's files).
 
 Where the rest went (digits, one thread, median of 21 in-process pairs, two processes): setup before
 the first task 3.3 -> 7.1 ms (building the split scenario with its per-class indices, the method and
