@@ -1146,6 +1146,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("ewc-doubled-scale-ignores-loss-scale", "methods/ewc.py",
              " and torch.equal(entry[2], grad):", ":",
              ("tests/test_ewc_fused_penalty.py::test_the_kept_doubled_scale_follows_the_loss_scale_and_an_in_place_change_and_falls_back_on_overflow",)),
+    Mutation("rewritten-task-images-ignored", "clharness/data/base.py",
+             "return self.source if self.index is None else self.source[self.index]", "return self.source[self.index]",
+             ("tests/test_data_shared_rows.py",)),
 )
 
 

@@ -68,3 +68,14 @@ def test_a_copied_or_pickled_task_holds_its_own_rows_and_the_table_is_released()
 def test_an_array_split_wrapped_whole_keeps_its_images():
     whole = TensorData(SPLIT, [0.0], [1.0])
     assert whole.images is SPLIT.images
+
+
+def test_a_family_that_rewrites_its_task_images_gets_its_own_rows():
+    # docs/families.md's family darkens a task's test images (task.images = ...): the task's data then holds
+    # and batches the rewritten rows, and the loaded split is left as it was
+    rows = relabel(SPLIT, ROWS, MAPPING)
+    rows.images = rows.images // 2
+    data = on_device("cpu", [0.0], [1.0], None, None)(rows)
+    x, _ = next(iter(data.batches(len(ROWS))))
+    assert (x * 255).round().flatten(1).tolist() == (IMAGES[torch.from_numpy(ROWS)] // 2).float().flatten(1).tolist()
+    assert IMAGES.flatten().tolist() == list(range(40))

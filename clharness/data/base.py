@@ -109,7 +109,12 @@ class SplitRows:
 
     @property
     def images(self) -> torch.Tensor:
-        return self.source[self.index]
+        return self.source if self.index is None else self.source[self.index]
+
+    @images.setter
+    def images(self, value: torch.Tensor) -> None:
+        # a family that rewrites its task's images (docs/families.md darkens test images): its own rows now
+        self.source, self.index = value, None
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -169,7 +174,8 @@ class TensorData:
                  device: torch.device | str = "cpu", image_size: tuple[int, int] | None = None,
                  channels: int | None = None, recipe=None):
         self.device = torch.device(device)
-        if isinstance(ds, SplitRows) and self.device.type == "cpu" and ds.source.device.type == "cpu":
+        if (isinstance(ds, SplitRows) and ds.index is not None and self.device.type == "cpu"
+                and ds.source.device.type == "cpu"):
             self._rows = ds.index   # batches gather from the loaded split itself (SplitRows)
             self._shared = _share(ds.source)
             weakref.finalize(self, _release, self._shared)
