@@ -41,6 +41,7 @@ def records(path) -> dict:
     return {r.key: r for r in ResultsStore(path).records()}
 
 
+@pytest.mark.slow   # ~68 s on 2 cores (CI under 15 min); Ray = serial stays in the default run (quickstart through Ray)
 def test_serial_xdist_and_ray_give_bit_identical_matrices_at_the_default_threads(pytester, ray_runtime, monkeypatch):
     """One thread rule for every scheduler (--clh-cpus-per-run, default 1): a fresh serial process
     (torch would default to every core), two xdist workers and Ray workers give the same records. LwF's
@@ -405,6 +406,7 @@ def test_x_cancels_the_outstanding_tasks_and_keeps_what_finished(pytester, ray_r
     assert not any(line.startswith("blocker") for line in (done.read_text().splitlines() if done.exists() else []))
 
 
+@pytest.mark.slow   # ~46 s on 2 cores; keeping what finished stays in the default run (x cancels ... keeps what finished)
 def test_ctrl_c_keeps_every_finished_record_and_the_rerun_trains_only_the_rest(pytester, ray_runtime):
     pytester.makepyfile(raymethods=METHODS.format(here=str(pytester.path)))
     (pytester.path / "block-0").touch()   # blocker seed 0 holds its item (the first) until Ctrl-C
