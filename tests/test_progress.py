@@ -118,6 +118,7 @@ def test_terminal_line_updates_in_place_and_returns_to_the_test_line():
     assert reporter._tw.out.getvalue() == ("\n\r\x1b[Ktask 1/3\r\x1b[Ktask 2/3\r\x1b[K\x1b[1A\x1b[12C")
 
 
+@pytest.mark.slow   # ~30 s on 2 cores (CI under 15 min); python -m pytest -m slow
 def test_xdist_controller_counts_runs_done(pytester, monkeypatch):
     """Under -n 2 the workers' task lines are not shown; the controller's result lines count runs done/total."""
     monkeypatch.setenv("PYTHONPATH", str(HERE), prepend=":")
@@ -133,7 +134,8 @@ def test_xdist_controller_counts_runs_done(pytester, monkeypatch):
 GATED = 'gates = ["finetune: final_acc beats tiny by 0.0"]\n' + MINI
 
 
-@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["serial", "xdist"])
+@pytest.mark.parametrize("workers", [(), pytest.param(("-n", "2"), marks=pytest.mark.slow)],   # xdist: ~26 s
+                         ids=["serial", "xdist"])
 def test_a_gate_that_cannot_be_judged_is_said_once_in_the_summary(pytester, monkeypatch, workers):
     """--clh-method tiny leaves out the gate's finetune: one line in clharness's summary, with the reason,
     however many workers planned the suite, and no pytest warning."""

@@ -59,9 +59,10 @@ def _green(suite, tmp_path, quick):
         assert any(r.train_gflops > 0 for r in steps), f"{suite}: no search counted its methods' training"
 
 
-# over 45 s quick on 2 cores each, so under -m slow (CI stays under 15 min); their families stay covered
-# quick by stf-digits, the wheel test (one quick suite a family: domain-digits too) and the methods' own tests
-SLOW_QUICK = {"stf-digits-difficulty", "baselines-digits", "ptm-mini", "domain-digits"}
+# over 40 s quick on 2 cores each, so under -m slow (CI stays under 15 min); their families stay covered quick
+# by the wheel test (one quick suite a family: stf-digits and domain-digits too), test_family_guard and the
+# methods' own tests
+SLOW_QUICK = {"stf-digits-difficulty", "baselines-digits", "ptm-mini", "domain-digits", "stf-digits"}
 
 
 @pytest.mark.parametrize("suite", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_QUICK else s for s in OFFLINE])
