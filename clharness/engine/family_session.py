@@ -61,10 +61,7 @@ class FamilyServices:
             with meter:
                 yield flops.evaluating
         finally:
-            record.train_gflops, record.eval_gflops = meter.train_flops / 1e9, meter.eval_flops / 1e9
-            if meter.incomplete:   # never a partial count passed off as the cost
-                record.train_gflops = record.eval_gflops = None
-                record.extra["flops"] = meter.incomplete
+            meter.stamp(record)
             record.peak_rss_mb, record.peak_cuda_mb = peak_memory.read(self.device)
 
     # --- these need the session (its harness, its device) ---

@@ -261,6 +261,14 @@ class RunMeter:
     def train_flops(self) -> int:
         return self.total_flops - self.eval_flops
 
+    def stamp(self, record) -> None:
+        """``record``'s train_gflops and eval_gflops from this count; None both, with ``extra["flops"]`` saying why,
+        where the count misses work (never a partial count passed off as the cost)."""
+        record.train_gflops, record.eval_gflops = self.train_flops / 1e9, self.eval_flops / 1e9
+        if self.incomplete:
+            record.train_gflops = record.eval_gflops = None
+            record.extra["flops"] = self.incomplete
+
     @contextlib.contextmanager
     def evaluating(self) -> Iterator[None]:
         if self._depth == 0:

@@ -263,10 +263,7 @@ def _train_and_evaluate(case, method_cls, scenario, harness, device, record, on_
         if not isinstance(exc, MethodError):
             record.message += "\n" + "".join(traceback.format_exception(exc)[-6:])
     record.failed_task = None if record.status == "passed" else max(record.failed_task, 0)
-    record.train_gflops, record.eval_gflops = meter.train_flops / 1e9, meter.eval_flops / 1e9
-    if meter.incomplete:   # never a partial count passed off as the cost
-        record.train_gflops = record.eval_gflops = None
-        record.extra["flops"] = meter.incomplete
+    meter.stamp(record)
     if keep is not None and record.status == "passed":
         keep(method, context)
     if method is not None:
