@@ -1148,6 +1148,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("rewritten-task-images-ignored", "clharness/data/base.py",
              "return self.source if self.index is None else self.source[self.index]", "return self.source[self.index]",
              ("tests/test_data_shared_rows.py",)),
+    Mutation("flop-meter-outside-the-code-digest", "clharness/engine/code_identity.py",
+             '"engine/keys.py", "engine/flops.py",', '"engine/keys.py",',
+             ("tests/test_code_identity.py::test_the_digest_follows_the_method_its_base_classes_and_the_harness",)),
 )
 
 

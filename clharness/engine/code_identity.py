@@ -27,8 +27,9 @@ from functools import lru_cache
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent          # clharness/
+# engine/flops.py counts a record's train_gflops/eval_gflops (numbers of the record, gateable): in every digest
 HARNESS = ("engine/runner.py", "engine/scenario.py", "engine/hparam_selection.py", "engine/suites.py",
-           "engine/keys.py", "method.py", "metrics.py", "hparams.py", "toolkit", "data")
+           "engine/keys.py", "engine/flops.py", "method.py", "metrics.py", "hparams.py", "toolkit", "data")
 # a family's presentation modules: figures and summaries, not training or evaluation
 PRESENTATION = ("report", "plots", "html", "summary", "effect", "trace", "names")
 # top-level names never followed nor versioned: the interpreter's own (python's version is in every key)
